@@ -1,0 +1,82 @@
+"""The executor interface: all OS work the tools do (files, processes, git) goes through it.
+
+It takes plain data and returns plain data (strings, numbers, dataclasses of them), never Django objects, so that
+a later version can run it in a separate process as another OS user, reached over a Unix socket. It knows
+nothing of the database, settings, tokens or the audit log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class ToolFailure(Exception):
+    """An expected failure of a tool. Its message is the text the agent sees (it starts with "Error: ")."""
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """The outcome of one finished command.
+
+    `stdout`/`stderr` hold at most the byte budget given to the call (head and tail kept, with a marker line
+    where the middle was left out). When either stream was cut, the whole output is in `output_path`.
+    """
+
+    stdout: str
+    stderr: str
+    exit_code: int
+    timed_out: bool
+    truncated: bool
+    duration_ms: int
+    output_path: str | None
+    stdout_bytes: int
+    stderr_bytes: int
+
+
+@dataclass(frozen=True)
+class BackgroundStart:
+    pid: int
+    pgid: int
+    start_ticks: int  # field 22 of /proc/<pid>/stat: with the pid, it names one process for its whole life
+    log_path: str
+
+
+# Called with small pieces of new output while a command runs (for progress notifications).
+OutputListener = Callable[[str], Awaitable[None]]
+
+
+class Executor(Protocol):
+    root: str
+
+    # --- files ---------------------------------------------------------------------------------------------------
+    async def read_file(self, path: str, offset: int | None, limit: int | None, max_bytes: int) -> str: ...
+    async def write_file(self, path: str, content: str) -> str: ...
+    async def delete_file(self, path: str) -> str: ...
+    async def list_dir(self, path: str, recursive: bool) -> str: ...
+    async def move(self, source: str, dest: str) -> str: ...
+    async def mkdir(self, path: str) -> str: ...
+
+    # --- processes -----------------------------------------------------------------------------------------------
+    async def run_command(
+        self, command: str, cwd: str | None, timeout: float, output_budget: int, listener: OutputListener | None
+    ) -> ExecResult: ...
+    async def start_background(self, command: str, cwd: str | None) -> BackgroundStart: ...
+    async def process_start_ticks(self, pid: int) -> int | None: ...
+    async def signal_group(self, pid: int, pgid: int, start_ticks: int, signum: int) -> bool: ...
+
+    # --- git -----------------------------------------------------------------------------------------------------
+    async def git_clone(self, repo_url: str, path: str | None, branch: str | None) -> str: ...
+    async def git_status(self, path: str | None) -> str: ...
+    async def git_commit(self, message: str, path: str | None) -> str: ...
+    async def git_push(self, remote: str | None, branch: str | None, path: str | None) -> str: ...
+    async def git_pull(self, remote: str | None, branch: str | None, path: str | None) -> str: ...
+    async def git_branch(self, name: str | None, path: str | None) -> str: ...
+    async def git_checkout(self, branch: str, path: str | None) -> str: ...
+    async def git_diff(self, path: str | None) -> str: ...
+    async def git_log(self, n: int, path: str | None) -> str: ...
+
+    # --- workspace -----------------------------------------------------------------------------------------------
+    async def workspace_info(self) -> str: ...
+    async def install(self, packages: list[str], manager: str) -> ExecResult: ...

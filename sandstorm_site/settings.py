@@ -1,0 +1,164 @@
+"""Django settings. Every environment variable Sandstorm reads is read here, and only here."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+
+from sandstorm_site.env import env_bool, env_int, env_path, env_secret, env_str, env_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+# --- where things live -------------------------------------------------------------------------------------------
+MCP_HOST = env_str("SANDSTORM_MCP_HOST", "127.0.0.1")
+MCP_PORT = env_int("SANDSTORM_MCP_PORT", 8080, minimum=1, maximum=65535)
+_default_host = f"[{MCP_HOST}]" if ":" in MCP_HOST else MCP_HOST
+PUBLIC_URL = env_url("SANDSTORM_PUBLIC_URL", f"http://{_default_host}:{MCP_PORT}")
+MCP_RESOURCE_URL = f"{PUBLIC_URL}/mcp"
+WORKSPACE_ROOT = env_path("SANDSTORM_WORKSPACE_ROOT", "./workspace", BASE_DIR)
+STATE_DIR = env_path("SANDSTORM_STATE_DIR", "./var", BASE_DIR)
+
+
+def _is_within(path: Path, root: Path) -> bool:
+    real_path, real_root = os.path.realpath(path), os.path.realpath(root)
+    return real_path == real_root or real_path.startswith(real_root.rstrip("/") + "/")
+
+
+if _is_within(STATE_DIR, WORKSPACE_ROOT):
+    raise ImproperlyConfigured(
+        f"SANDSTORM_STATE_DIR ({STATE_DIR}) must not be inside SANDSTORM_WORKSPACE_ROOT ({WORKSPACE_ROOT})"
+    )
+STATE_DIR.mkdir(mode=0o700, exist_ok=True)
+
+SECRET_KEY = env_secret("SANDSTORM_SECRET_KEY", STATE_DIR / "secret_key")
+DEBUG = env_bool("SANDSTORM_DEBUG", False)
+
+# --- tokens and limits -------------------------------------------------------------------------------------------
+MCP_BOOTSTRAP_TOKEN = os.environ.get("SANDSTORM_MCP_TOKEN", "").strip()
+ADMIN_PASSWORD = os.environ.get("SANDSTORM_ADMIN_PASSWORD", "")
+RATE_LIMIT_PER_MINUTE = env_int("SANDSTORM_RATE_LIMIT", 600)
+MAX_CONCURRENT_CALLS = env_int("SANDSTORM_MAX_CONCURRENT_CALLS", 16, minimum=1)
+RESULT_CAP_BYTES = env_int("SANDSTORM_RESULT_CAP", 262144, minimum=4096, maximum=900_000)
+MAX_REQUEST_BYTES = env_int("SANDSTORM_MAX_REQUEST_BYTES", 4194304, minimum=65536)
+AUDIT_EXCERPT_BYTES = env_int("SANDSTORM_AUDIT_EXCERPT", 8192, minimum=256)
+ACCESS_TOKEN_TTL = env_int("SANDSTORM_ACCESS_TOKEN_TTL", 3600, minimum=60)
+# Variables a tool process may see beyond the fixed clean set (comma-separated names).
+TOOL_ENV_ALLOW = tuple(name for name in env_str("SANDSTORM_TOOL_ENV_ALLOW", "").split(",") if name.strip())
+
+# --- hosts -------------------------------------------------------------------------------------------------------
+_public = urlsplit(PUBLIC_URL)
+PUBLIC_HOST = _public.hostname or "localhost"
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+ALLOWED_HOSTS = sorted({PUBLIC_HOST, *LOOPBACK_HOSTS, "::1"})
+CSRF_TRUSTED_ORIGINS = [PUBLIC_URL]
+USE_X_FORWARDED_HOST = False
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if _public.scheme == "https" else None
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _public.scheme == "https"
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+
+# --- Django ------------------------------------------------------------------------------------------------------
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "audit",
+    "oauth",
+    "mcpserver",
+]
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+ROOT_URLCONF = "sandstorm_site.urls"
+ASGI_APPLICATION = "sandstorm_site.asgi.application"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+def _database_from_url(url: str) -> dict[str, object]:
+    parts = urlsplit(url)
+    if parts.scheme not in {"postgres", "postgresql"}:
+        raise ImproperlyConfigured(f"DATABASE_URL must be a postgres:// URL, not one with scheme {parts.scheme!r}")
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": unquote(parts.path.lstrip("/")),
+        "USER": unquote(parts.username or ""),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": parts.hostname or "",
+        "PORT": str(parts.port or ""),
+        "CONN_MAX_AGE": 60,
+    }
+
+
+_database_url = os.environ.get("DATABASE_URL", "").strip()
+DATABASES = {
+    "default": _database_from_url(_database_url)
+    if _database_url
+    else {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": STATE_DIR / "sandstorm.sqlite3",
+        "OPTIONS": {
+            # WAL lets readers run beside the writer; IMMEDIATE takes the write lock at BEGIN, so concurrent
+            # read-then-write transactions wait for each other instead of failing with "database is locked".
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 30,
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        },
+    }
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 10}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "admin:login"
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = STATE_DIR / "static"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": "INFO"},
+    "loggers": {
+        "django": {"level": "INFO"},
+        # The SDK logs every session it opens at INFO; keep the server log about what matters.
+        "mcp": {"level": "WARNING"},
+        "daphne": {"level": "WARNING"},
+    },
+}
