@@ -8,3 +8,12 @@ import pytest
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def live_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """One real server for the whole session (Daphne, free port, temporary state dir and workspace)."""
+    from tests.live import running_server
+
+    with running_server(tmp_path_factory.mktemp("live")) as server:
+        yield server

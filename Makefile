@@ -1,0 +1,35 @@
+# Sandstorm: `make run` to start a local server, `make test` to run the suite.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: run test check-python venv clean lock
+
+check-python:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null || \
+		{ echo "Sandstorm needs Python 3.11 or newer as '$(PYTHON)' (found: $$($(PYTHON) --version 2>&1 || echo none))."; exit 1; }
+
+$(STAMP): pyproject.toml requirements.lock | check-python
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -c requirements.lock -e '.[test]'
+	@touch $(STAMP)
+
+venv: check-python $(STAMP)
+
+run: venv
+	$(PY) manage.py bootstrap
+	$(PY) manage.py serve
+
+test: venv
+	$(PY) manage.py makemigrations --check --dry-run
+	$(PY) -m pytest
+
+# Refresh the pinned versions after changing dependencies in pyproject.toml.
+lock: check-python
+	rm -rf /tmp/sandstorm-lock && $(PYTHON) -m venv /tmp/sandstorm-lock
+	/tmp/sandstorm-lock/bin/pip install --quiet --disable-pip-version-check -e '.[test]'
+	/tmp/sandstorm-lock/bin/pip freeze --exclude-editable | grep -v '^sandstorm-mcp' > requirements.lock
+
+clean:
+	rm -rf $(VENV) build *.egg-info

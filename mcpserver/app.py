@@ -1,0 +1,51 @@
+"""Assembles the /mcp ASGI application from settings: server, session manager, runner, auth."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.types import ASGIApp
+
+from mcpserver.asgi import BearerAuthMiddleware, McpEndpoint
+from mcpserver.instance import sandstorm_version
+from mcpserver.runner import SessionManagerRunner
+from mcpserver.runtime import get_runtime
+from mcpserver.server import build_server
+from oauth.credentials import authenticate_bearer
+
+
+def transport_security() -> TransportSecuritySettings:
+    """Host and Origin checks (DNS-rebinding protection): the public URL plus loopback on any port."""
+    public = urlsplit(settings.PUBLIC_URL)
+    public_host = public.netloc
+    loopback = ["127.0.0.1", "localhost", "[::1]"]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[public_host, public.hostname or public_host] + [f"{host}:*" for host in loopback] + loopback,
+        allowed_origins=[settings.PUBLIC_URL]
+        + [f"{scheme}://{host}:*" for scheme in ("http", "https") for host in loopback]
+        + [f"{scheme}://{host}" for scheme in ("http", "https") for host in loopback],
+    )
+
+
+def resource_metadata_url() -> str:
+    return f"{settings.PUBLIC_URL}/.well-known/oauth-protected-resource/mcp"
+
+
+def build_mcp_application() -> tuple[ASGIApp, SessionManagerRunner]:
+    server = build_server(sandstorm_version())
+    server.streamable_http_app(
+        streamable_http_path="/mcp",
+        transport_security=transport_security(),
+        max_request_body_size=settings.MAX_REQUEST_BYTES,
+    )
+    runner = SessionManagerRunner(server.session_manager)
+    app = BearerAuthMiddleware(
+        McpEndpoint(runner),
+        authenticate=authenticate_bearer,
+        rate_limiter=get_runtime().rate_limiter,
+        resource_metadata_url=resource_metadata_url(),
+    )
+    return app, runner

@@ -1,0 +1,102 @@
+"""The /mcp endpoint: bearer authentication and rate limiting in front of the SDK's session manager."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from mcpserver.limits import RateLimiter
+from mcpserver.runner import SessionManagerRunner
+from oauth.credentials import Principal
+
+logger = logging.getLogger(__name__)
+
+Authenticator = Callable[..., Awaitable[Principal | None]]
+PRINCIPAL_KEY = "sandstorm.principal"
+
+
+def client_address(scope: Scope) -> str:
+    client = scope.get("client")
+    return str(client[0]) if client else ""
+
+
+async def send_json(send: Send, status: int, body: dict[str, object], headers: list[tuple[bytes, bytes]]) -> None:
+    payload = json.dumps(body).encode()
+    base = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": base + headers})
+    await send({"type": "http.response.body", "body": payload})
+
+
+class BearerAuthMiddleware:
+    """Resolves `Authorization: Bearer` to a principal or answers 401; applies the per-credential rate limit.
+
+    The principal goes into the ASGI scope, and the SDK's AuthenticatedUser into scope["user"]: the SDK binds a
+    session id to the credential that opened it only when that user is set. Tokens in the query string are never
+    looked at.
+    """
+
+    def __init__(
+        self, app: ASGIApp, *, authenticate: Authenticator, rate_limiter: RateLimiter, resource_metadata_url: str
+    ) -> None:
+        self.app = app
+        self.authenticate = authenticate
+        self.rate_limiter = rate_limiter
+        self.resource_metadata_url = resource_metadata_url
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        scheme, _, raw = headers.get("authorization", "").partition(" ")
+        raw = raw.strip()
+        principal = None
+        if scheme.lower() == "bearer" and raw:
+            principal = await self.authenticate(
+                raw, client_address=client_address(scope), user_agent=headers.get("user-agent", "")[:300]
+            )
+        if principal is None:
+            await self.unauthorized(send, token_given=bool(raw))
+            return
+        wait = self.rate_limiter.check(principal.key)
+        if wait:
+            await self.too_many(send, wait)
+            return
+        scope = dict(scope)
+        scope[PRINCIPAL_KEY] = principal
+        scope["user"] = AuthenticatedUser(
+            # `token` holds the credential's id, never its secret: the SDK keeps this object for the session's life.
+            AccessToken(token=principal.key, client_id=principal.key, scopes=sorted(principal.scopes), subject=str(principal.user_id))
+        )
+        await self.app(scope, receive, send)
+
+    async def unauthorized(self, send: Send, *, token_given: bool) -> None:
+        challenge = f'Bearer resource_metadata="{self.resource_metadata_url}"'
+        body: dict[str, object] = {"error": "unauthorized", "error_description": "A bearer token is required."}
+        if token_given:
+            challenge = f'Bearer error="invalid_token", error_description="The token is unknown, revoked or expired", resource_metadata="{self.resource_metadata_url}"'
+            body = {"error": "invalid_token", "error_description": "The token is unknown, revoked or expired."}
+        await send_json(send, 401, body, [(b"www-authenticate", challenge.encode())])
+
+    async def too_many(self, send: Send, wait: float) -> None:
+        retry = RateLimiter.retry_after_header(wait)
+        body = {"error": "rate_limited", "error_description": f"Too many requests for this credential; retry in {retry}s."}
+        await send_json(send, 429, body, [(b"retry-after", retry.encode())])
+
+
+class McpEndpoint:
+    """Hands each request to the SDK's session manager, starting it on first use if the reactor hook did not."""
+
+    def __init__(self, runner: SessionManagerRunner) -> None:
+        self.runner = runner
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not self.runner.running:
+            await self.runner.ensure_started()
+        await self.runner.manager.handle_request(scope, receive, send)

@@ -1,0 +1,64 @@
+"""Per-credential limits at /mcp: requests per minute, and tool calls in flight.
+
+Both live in this process's memory: they protect the host from one runaway agent, they are not accounting.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+
+WINDOW_SECONDS = 60.0
+
+
+class RateLimiter:
+    """A sliding one-minute window per credential. A limit of 0 turns it off."""
+
+    def __init__(self, per_minute: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_minute = per_minute
+        self._clock = clock
+        self._hits: dict[str, deque[float]] = {}
+
+    def check(self, key: str) -> float:
+        """Count one request; 0 if it may proceed, otherwise the seconds until it may (for Retry-After)."""
+        if self.per_minute <= 0:
+            return 0.0
+        now = self._clock()
+        hits = self._hits.setdefault(key, deque())
+        while hits and now - hits[0] >= WINDOW_SECONDS:
+            hits.popleft()
+        if len(hits) >= self.per_minute:
+            return max(WINDOW_SECONDS - (now - hits[0]), 0.001)
+        hits.append(now)
+        return 0.0
+
+    @staticmethod
+    def retry_after_header(wait: float) -> str:
+        return str(max(1, math.ceil(wait)))
+
+
+class ConcurrencyLimiter:
+    """At most `limit` tool calls in flight per credential; a call over it is refused, not queued."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._in_flight: dict[str, int] = {}
+
+    def try_acquire(self, key: str) -> bool:
+        count = self._in_flight.get(key, 0)
+        if count >= self.limit:
+            return False
+        self._in_flight[key] = count + 1
+        return True
+
+    def release(self, key: str) -> None:
+        count = self._in_flight.get(key, 0) - 1
+        if count > 0:
+            self._in_flight[key] = count
+        else:
+            self._in_flight.pop(key, None)
+
+    def in_flight(self, key: str) -> int:
+        return self._in_flight.get(key, 0)

@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
+
+from oauth.models import BearerToken
+from oauth.tokens import import_bootstrap_token, issue_token
+
+ADMIN_USERNAME = "admin"
+
+
+class Command(BaseCommand):
+    help = (
+        "Prepare a server to run: migrate the database, create the workspace, and on first run create the admin "
+        "user and a bearer token (each secret printed once). Safe to re-run: it then prints no secret."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--no-migrate", action="store_true", help="skip migrations")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if not options["no_migrate"]:
+            call_command("migrate", interactive=False, verbosity=0)
+        settings.WORKSPACE_ROOT.mkdir(exist_ok=True)
+        with transaction.atomic():
+            password = self.ensure_admin()
+            token = self.ensure_token()
+        self.report(password, token)
+
+    def ensure_admin(self) -> str | None:
+        """Create the admin user on first run; the generated password, or None if it was not generated now."""
+        users = get_user_model().objects
+        if users.filter(username=ADMIN_USERNAME).exists():
+            return None
+        given = settings.ADMIN_PASSWORD
+        password = given or secrets.token_urlsafe(15)
+        users.create_superuser(ADMIN_USERNAME, email="", password=password)
+        return None if given else password
+
+    def ensure_token(self) -> str | None:
+        """Import SANDSTORM_MCP_TOKEN, or issue a first token when none exists. The new secret, or None."""
+        admin = get_user_model().objects.get(username=ADMIN_USERNAME)
+        if settings.MCP_BOOTSTRAP_TOKEN:
+            try:
+                import_bootstrap_token(admin, settings.MCP_BOOTSTRAP_TOKEN)
+            except ValueError as exc:
+                raise CommandError(str(exc)) from None
+            return None
+        if BearerToken.objects.exists():
+            return None
+        return issue_token(admin, "first-run")[1]
+
+    def report(self, password: str | None, token: str | None) -> None:
+        write = self.stdout.write
+        write("")
+        write("Sandstorm is ready.")
+        write(f"  Admin:      {settings.PUBLIC_URL}/admin/  (user: {ADMIN_USERNAME})")
+        if password:
+            write(f"  Password:   {password}   <- shown once; change it in the admin")
+        elif not settings.ADMIN_PASSWORD:
+            write("  Password:   the one printed on first run (reset it: manage.py changepassword admin)")
+        write(f"  MCP URL:    {settings.MCP_RESOURCE_URL}")
+        write(f"  Workspace:  {settings.WORKSPACE_ROOT}")
+        shown = token or ("$SANDSTORM_MCP_TOKEN" if settings.MCP_BOOTSTRAP_TOKEN else "<your token>")
+        if token:
+            write(f"  Token:      {token}   <- shown once; only its hash is stored")
+        elif not settings.MCP_BOOTSTRAP_TOKEN:
+            write("  Token:      the one printed on first run, or a new one: manage.py create_token NAME")
+        write("")
+        write("Connect Claude Code:")
+        write(f'  claude mcp add --transport http sandstorm {settings.MCP_RESOURCE_URL} --header "Authorization: Bearer {shown}"')
+        write("")

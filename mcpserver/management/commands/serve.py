@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandParser
+
+
+class Command(BaseCommand):
+    help = "Run Sandstorm under Daphne on SANDSTORM_MCP_HOST:SANDSTORM_MCP_PORT (or a Unix socket)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--unix-socket", help="listen on this Unix socket instead of TCP (production)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        daphne = str(Path(sys.executable).parent / "daphne")
+        argv = [daphne, "--access-log", "-", "--proxy-headers"] if options["unix_socket"] else [daphne, "--access-log", "-"]
+        if options["unix_socket"]:
+            argv += ["-u", options["unix_socket"]]
+        else:
+            argv += ["-b", settings.MCP_HOST, "-p", str(settings.MCP_PORT)]
+        argv.append("sandstorm_site.asgi:application")
+        self.stdout.write(f"Starting Daphne: {settings.PUBLIC_URL} (Ctrl-C to stop)")
+        sys.stdout.flush()
+        os.chdir(settings.BASE_DIR)
+        os.execv(daphne, argv)

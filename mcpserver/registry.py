@@ -1,0 +1,62 @@
+"""The tool table: every tool's function, annotations and what a read-only credential may do with it."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mcpserver.results import ToolResult
+
+# Given a call's arguments, the scope error suffix for a read-only credential (None: the call is read-only).
+ReadOnlyCheck = Callable[[Mapping[str, Any]], str | None]
+ToolFunction = Callable[..., Awaitable[ToolResult]]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    fn: ToolFunction
+    title: str
+    read_only: bool
+    destructive: bool
+    idempotent: bool
+    open_world: bool
+    # A tool that is read-only for some arguments only (git_branch lists without `name`, creates with it).
+    read_only_when: ReadOnlyCheck | None = None
+
+    @property
+    def visible_to_read_only(self) -> bool:
+        return self.read_only or self.read_only_when is not None
+
+    def read_only_refusal(self, arguments: Mapping[str, Any]) -> str | None:
+        """What a read-only credential may not do with these arguments, or None if it may."""
+        if self.read_only:
+            return None
+        if self.read_only_when is not None:
+            return self.read_only_when(arguments)
+        return self.name
+
+
+TOOLS: dict[str, ToolSpec] = {}
+
+
+def tool(
+    *,
+    title: str,
+    read_only: bool = False,
+    destructive: bool = False,
+    idempotent: bool = False,
+    open_world: bool = False,
+    read_only_when: ReadOnlyCheck | None = None,
+) -> Callable[[ToolFunction], ToolFunction]:
+    """Register a tool. Its first parameter is the ToolCall; the others are the MCP arguments."""
+
+    def register(fn: ToolFunction) -> ToolFunction:
+        name = fn.__name__
+        if name in TOOLS:
+            raise ValueError(f"tool {name} registered twice")
+        TOOLS[name] = ToolSpec(name, fn, title, read_only, destructive, idempotent, open_world, read_only_when)
+        return fn
+
+    return register

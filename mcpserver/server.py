@@ -1,0 +1,77 @@
+"""The MCPServer instance: the 20 tools registered through the one dispatch point, filtered by scope."""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from typing import Any
+
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import CallToolResult, ListToolsResult, ToolAnnotations
+
+from mcpserver.call import principal_from_request
+from mcpserver.dispatch import dispatch
+from mcpserver.registry import TOOLS, ToolSpec
+from mcpserver.tools import ALL_TOOL_MODULES  # noqa: F401  (importing registers the tools)
+
+SERVER_NAME = "sandstorm"
+INSTRUCTIONS = (
+    "Sandstorm gives you a shell, files and git in one workspace directory on its host. Paths are relative to the "
+    "workspace root. Every call is recorded in an audit log that the host's admins review."
+)
+
+
+def _dispatching_wrapper(spec: ToolSpec) -> Any:
+    """A function with the tool's MCP signature (its own parameters minus the ToolCall, plus the SDK's Context)."""
+    hints = typing.get_type_hints(spec.fn, include_extras=True)
+    params = list(inspect.signature(spec.fn).parameters.values())[1:]
+
+    async def call_tool(ctx: Context[Any, Any], **arguments: Any) -> CallToolResult:
+        return await dispatch(spec, ctx, arguments)
+
+    parameters = [p.replace(annotation=hints[p.name]) for p in params]
+    parameters.append(inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context))
+    call_tool.__signature__ = inspect.Signature(parameters, return_annotation=CallToolResult)  # type: ignore[attr-defined]
+    call_tool.__annotations__ = {**{p.name: p.annotation for p in parameters}, "return": CallToolResult}
+    call_tool.__name__ = spec.name
+    call_tool.__doc__ = spec.fn.__doc__
+    return call_tool
+
+
+def _annotations(spec: ToolSpec) -> ToolAnnotations:
+    return ToolAnnotations(
+        title=spec.title,
+        read_only_hint=spec.read_only,
+        destructive_hint=spec.destructive,
+        idempotent_hint=spec.idempotent,
+        open_world_hint=spec.open_world,
+    )
+
+
+async def hide_tools_outside_scope(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+    """A read-only credential sees only the tools it may call in tools/list."""
+    result = await call_next(ctx)
+    if ctx.method != "tools/list" or not isinstance(result, ListToolsResult):
+        return result
+    principal = principal_from_request(ctx.request)
+    if principal is None or not principal.read_only:
+        return result
+    visible = [t for t in result.tools if TOOLS[t.name].visible_to_read_only]
+    return result.model_copy(update={"tools": visible})
+
+
+def build_server(version: str) -> MCPServer:
+    server: MCPServer = MCPServer(
+        SERVER_NAME, title="Sandstorm", instructions=INSTRUCTIONS, version=version, middleware=[hide_tools_outside_scope]
+    )
+    for spec in TOOLS.values():
+        server.add_tool(
+            _dispatching_wrapper(spec),
+            name=spec.name,
+            title=spec.title,
+            description=inspect.cleandoc(spec.fn.__doc__ or ""),
+            annotations=_annotations(spec),
+            structured_output=False,
+        )
+    return server

@@ -1,0 +1,93 @@
+"""terminal_exec, terminal_exec_background, terminal_kill."""
+
+from __future__ import annotations
+
+import signal
+from typing import Annotated
+
+from pydantic import Field
+
+from mcpserver.background import find_started_process, record_started_process, record_signal
+from mcpserver.call import ToolCall
+from mcpserver.executor.interface import ExecResult, ToolFailure
+from mcpserver.registry import tool
+from mcpserver.results import ENVELOPE_BYTES, ToolResult
+
+DEFAULT_TIMEOUT = 30.0
+MAX_TIMEOUT = 300.0
+CwdArg = Annotated[str | None, Field(description="Working directory; default the workspace root.")]
+
+
+def exec_text(result: ExecResult) -> str:
+    parts = []
+    if result.stdout:
+        parts.append(f"stdout:\n{result.stdout}")
+    if result.stderr:
+        parts.append(f"stderr:\n{result.stderr}")
+    parts.append(f"exit_code: {result.exit_code}")
+    return "\n\n".join(parts)
+
+
+def exec_result(result: ExecResult) -> ToolResult:
+    structured = {
+        "stdout": result.stdout,
+        "stderr": result.stderr,
+        "exit_code": result.exit_code,
+        "timed_out": result.timed_out,
+        "truncated": result.truncated,
+        "duration_ms": result.duration_ms,
+    }
+    if result.output_path:
+        structured["output_path"] = result.output_path
+    return ToolResult(exec_text(result), result.exit_code != 0, structured, exit_code=result.exit_code)
+
+
+def effective_timeout(timeout: float | None) -> float:
+    if timeout is None:
+        return DEFAULT_TIMEOUT
+    if timeout <= 0:
+        raise ToolFailure("Error: timeout must be a positive number of seconds")
+    return min(timeout, MAX_TIMEOUT)
+
+
+@tool(title="Run a command", destructive=True, open_world=True)
+async def terminal_exec(
+    call: ToolCall,
+    command: Annotated[str, Field(description="Run with /bin/bash -c.")],
+    cwd: CwdArg = None,
+    timeout: Annotated[float | None, Field(description="Seconds; default 30, at most 300.")] = None,
+) -> ToolResult:
+    """Run a shell command in the workspace and return its stdout, stderr and exit code.
+
+    Long output is cut in the middle; the whole output is saved to a file the result names (read it with file_read).
+    """
+    # stdout and stderr travel twice (text and structured copy), so each copy gets under half of the cap.
+    budget = (call.result_cap - 4 * ENVELOPE_BYTES) // 2
+    listener = call.progress if call.wants_progress else None
+    result = await call.executor.run_command(command, cwd, effective_timeout(timeout), budget, listener)
+    return exec_result(result)
+
+
+@tool(title="Start a background command", destructive=True, open_world=True)
+async def terminal_exec_background(
+    call: ToolCall, command: Annotated[str, Field(description="Run with /bin/bash -c, detached.")], cwd: CwdArg = None
+) -> ToolResult:
+    """Start a long-running command detached; its output goes to a log file named in the result."""
+    started = await call.executor.start_background(command, cwd)
+    await record_started_process(call.principal, started, command, cwd or "")
+    return ToolResult(f"PID: {started.pid}\nStarted background process {started.pid}\nOutput: {started.log_path}")
+
+
+@tool(title="Stop a background command", destructive=True)
+async def terminal_kill(call: ToolCall, pid: int) -> ToolResult:
+    """Send SIGTERM to a background process this server started (and its process group)."""
+    ticks = await call.executor.process_start_ticks(pid) if pid > 0 else None
+    if ticks is None:
+        return ToolResult.error(f"No such process {pid}")
+    started = await find_started_process(pid, ticks)
+    if started is None:
+        return ToolResult.error(f"Process {pid} was not started by this server")
+    if not await call.executor.signal_group(pid, started.pgid, ticks, signal.SIGTERM):
+        return ToolResult.error(f"No such process {pid}")
+    await record_signal(started)
+    return ToolResult(f"Sent SIGTERM to {pid}")

@@ -1,0 +1,42 @@
+"""ASGI entry point: Daphne serves /mcp (the MCP SDK) and everything else (Django) on one port."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "sandstorm_site.settings")
+
+from django.core.exceptions import ImproperlyConfigured  # noqa: E402
+
+try:
+    importlib.import_module(os.environ["DJANGO_SETTINGS_MODULE"])
+except ImproperlyConfigured as exc:
+    print(f"sandstorm: configuration error: {exc}", file=sys.stderr)
+    sys.exit(2)
+
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
+from django.core.asgi import get_asgi_application  # noqa: E402
+from django.urls import path, re_path  # noqa: E402
+
+django_application = get_asgi_application()  # sets Django up before anything imports models
+
+from mcpserver.app import build_mcp_application  # noqa: E402
+from mcpserver.runner import LifespanApp, install_reactor_hooks  # noqa: E402
+
+mcp_application, session_runner = build_mcp_application()
+install_reactor_hooks(session_runner)
+
+application = ProtocolTypeRouter(
+    {
+        "http": URLRouter(
+            [
+                path("mcp", mcp_application),
+                re_path(r"", ASGIStaticFilesHandler(django_application)),
+            ]
+        ),
+        "lifespan": LifespanApp(session_runner),
+    }
+)

@@ -1,0 +1,160 @@
+"""A real Sandstorm server for tests: Daphne in a subprocess on a free port, with its own state dir and workspace."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+REPO = Path(__file__).resolve().parent.parent
+START_DEADLINE = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def poll(check: object, deadline: float, interval: float = 0.05, what: str = "condition") -> object:
+    """Call `check` until it returns something truthy or `deadline` seconds pass (then fail)."""
+    end = time.monotonic() + deadline
+    while True:
+        value = check()  # type: ignore[operator]
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {deadline}s waiting for {what}")
+        time.sleep(interval)
+
+
+@dataclass
+class LiveServer:
+    root: Path
+    port: int
+    env: dict[str, str]
+    token: str
+    admin_password: str
+    process: subprocess.Popen[bytes] | None = None
+    log_path: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.log_path = self.root / "server.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def mcp_url(self) -> str:
+        return f"{self.url}/mcp"
+
+    @property
+    def workspace(self) -> Path:
+        return Path(self.env["SANDSTORM_WORKSPACE_ROOT"])
+
+    @property
+    def state_dir(self) -> Path:
+        return Path(self.env["SANDSTORM_STATE_DIR"])
+
+    def manage(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "manage.py", *args], cwd=REPO, env=self.env, capture_output=True, text=True, check=check, timeout=120
+        )
+
+    def create_token(self, name: str, scope: str = "mcp") -> str:
+        return self.manage("create_token", name, "--scope", scope).stdout.strip().splitlines()[-1]
+
+    def start(self) -> None:
+        self.manage("bootstrap")
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "manage.py", "serve"], cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT
+        )
+        poll(self.healthy, START_DEADLINE, what="the server's /health")
+
+    def healthy(self) -> bool:
+        if self.process is not None and self.process.poll() is not None:
+            raise AssertionError(f"server exited with {self.process.returncode}:\n{self.log()}")
+        try:
+            return httpx2.get(f"{self.url}/health", timeout=2).status_code == 200
+        except httpx2.TransportError:
+            return False
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> int:
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def make_server(root: Path, **overrides: str) -> LiveServer:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "workspace").mkdir(exist_ok=True)
+    port = free_port()
+    token = "sst_test_" + secrets.token_urlsafe(24)
+    password = secrets.token_urlsafe(12)
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("SANDSTORM_", "DJANGO_")) and key != "DATABASE_URL"
+    }
+    env.update(
+        SANDSTORM_STATE_DIR=str(root / "state"),
+        SANDSTORM_WORKSPACE_ROOT=str(root / "workspace"),
+        SANDSTORM_MCP_HOST="127.0.0.1",
+        SANDSTORM_MCP_PORT=str(port),
+        SANDSTORM_MCP_TOKEN=token,
+        SANDSTORM_ADMIN_PASSWORD=password,
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(overrides)
+    return LiveServer(root=root, port=port, env=env, token=token, admin_password=password)
+
+
+@contextlib.contextmanager
+def running_server(root: Path, **overrides: str) -> Iterator[LiveServer]:
+    server = make_server(root, **overrides)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def auth_headers(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@contextlib.asynccontextmanager
+async def mcp_client(url: str, token: str, *, mode: str = "legacy", headers: dict[str, str] | None = None) -> AsyncIterator[Client]:
+    """The official SDK client over streamable HTTP; `mode` "legacy" (handshake + session) or "2026-07-28"."""
+    http = httpx2.AsyncClient(headers={**auth_headers(token), **(headers or {})}, timeout=httpx2.Timeout(60, read=330))
+    async with http:
+        async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:  # type: ignore[arg-type]
+            yield client
+
+
+def text_of(result: object) -> str:
+    content = getattr(result, "content")
+    return "".join(getattr(block, "text", "") for block in content)

@@ -1,0 +1,85 @@
+"""Configuration comes from the environment, read in settings.py only; bad values stop start-up with one line."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_manage(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SANDSTORM_")}
+    base.update(SANDSTORM_STATE_DIR=str(tmp_path / "state"), SANDSTORM_WORKSPACE_ROOT=str(tmp_path / "ws"))
+    base.update(env)
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=REPO, env=base, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "expected"),
+    [
+        ("SANDSTORM_MCP_PORT", "eighty", "SANDSTORM_MCP_PORT must be a whole number"),
+        ("SANDSTORM_MCP_PORT", "70000", "SANDSTORM_MCP_PORT must be at least 1 and at most 65535"),
+        ("SANDSTORM_WORKSPACE_ROOT", "/nonexistent-parent/ws", "SANDSTORM_WORKSPACE_ROOT: the parent directory"),
+        ("SANDSTORM_DEBUG", "maybe", "SANDSTORM_DEBUG must be"),
+        ("SANDSTORM_PUBLIC_URL", "ftp://x", "SANDSTORM_PUBLIC_URL must be an http"),
+        ("SANDSTORM_PUBLIC_URL", "https://x.example/path", "SANDSTORM_PUBLIC_URL must be an origin"),
+        ("SANDSTORM_RATE_LIMIT", "-1", "SANDSTORM_RATE_LIMIT must be at least 0"),
+        ("DATABASE_URL", "mysql://x/y", "DATABASE_URL must be a postgres"),
+    ],
+)
+def test_a_bad_value_stops_start_up_with_one_line_naming_the_variable(tmp_path: Path, variable: str, value: str, expected: str) -> None:
+    result = run_manage(tmp_path, "check", **{variable: value})
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert expected in lines[0]
+
+
+def test_the_state_dir_may_not_live_inside_the_workspace(tmp_path: Path) -> None:
+    (tmp_path / "ws").mkdir()
+    result = run_manage(tmp_path, "check", SANDSTORM_STATE_DIR=str(tmp_path / "ws" / "state"))
+    assert result.returncode == 2
+    assert "SANDSTORM_STATE_DIR" in result.stderr and "must not be inside" in result.stderr
+
+
+def test_the_secret_key_is_generated_once_into_the_state_dir_with_mode_0600(tmp_path: Path) -> None:
+    assert run_manage(tmp_path, "check").returncode == 0
+    key_file = tmp_path / "state" / "secret_key"
+    first = key_file.read_text()
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "state").stat().st_mode) == 0o700
+    assert run_manage(tmp_path, "check").returncode == 0
+    assert key_file.read_text() == first and len(first.strip()) >= 50
+
+
+def test_a_given_secret_key_is_used_and_nothing_is_generated(tmp_path: Path) -> None:
+    assert run_manage(tmp_path, "check", SANDSTORM_SECRET_KEY="k" * 60).returncode == 0
+    assert not (tmp_path / "state" / "secret_key").exists()
+
+
+def test_defaults_are_safe() -> None:
+    from sandstorm_site import settings as module
+
+    assert module.DEBUG is False
+    database = module.DATABASES["default"]
+    assert database["OPTIONS"]["transaction_mode"] == "IMMEDIATE"
+    assert "journal_mode=WAL" in database["OPTIONS"]["init_command"]
+    assert database["OPTIONS"]["timeout"] >= 10
+    assert module.X_FRAME_OPTIONS == "DENY"
+    assert module.RESULT_CAP_BYTES == 262144
+
+
+def test_database_url_selects_postgresql() -> None:
+    from sandstorm_site.settings import _database_from_url
+
+    config = _database_from_url("postgres://user:p%40ss@db.example:5433/sandstorm")
+    assert config["ENGINE"] == "django.db.backends.postgresql"
+    assert (config["USER"], config["PASSWORD"], config["HOST"], config["PORT"], config["NAME"]) == (
+        "user", "p@ss", "db.example", "5433", "sandstorm"
+    )
