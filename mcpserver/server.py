@@ -8,7 +8,7 @@ from typing import Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
-from mcp_types import CallToolResult, ListToolsResult, ToolAnnotations
+from mcp_types import CallToolResult, ToolAnnotations
 
 from mcpserver.call import principal_from_request
 from mcpserver.dispatch import dispatch
@@ -52,13 +52,13 @@ def _annotations(spec: ToolSpec) -> ToolAnnotations:
 async def hide_tools_outside_scope(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
     """A read-only credential sees only the tools it may call in tools/list."""
     result = await call_next(ctx)
-    if ctx.method != "tools/list" or not isinstance(result, ListToolsResult):
+    if ctx.method != "tools/list" or not isinstance(result, dict):  # the chain returns the serialized wire form
         return result
     principal = principal_from_request(ctx.request)
     if principal is None or not principal.read_only:
         return result
-    visible = [t for t in result.tools if TOOLS[t.name].visible_to_read_only]
-    return result.model_copy(update={"tools": visible})
+    visible = [t for t in result.get("tools", []) if TOOLS[t["name"]].visible_to_read_only]
+    return {**result, "tools": visible}
 
 
 def build_server(version: str) -> MCPServer:

@@ -25,17 +25,20 @@ django_application = get_asgi_application()  # sets Django up before anything im
 
 from mcpserver.app import build_mcp_application  # noqa: E402
 from mcpserver.runner import LifespanApp, install_reactor_hooks  # noqa: E402
+from sandstorm_site.accesslog import AccessLogMiddleware  # noqa: E402
 
 mcp_application, session_runner = build_mcp_application()
 install_reactor_hooks(session_runner)
 
 application = ProtocolTypeRouter(
     {
-        "http": URLRouter(
-            [
-                path("mcp", mcp_application),
-                re_path(r"", ASGIStaticFilesHandler(django_application)),
-            ]
+        "http": AccessLogMiddleware(
+            URLRouter(
+                [
+                    path("mcp", mcp_application),
+                    re_path(r"", ASGIStaticFilesHandler(django_application)),
+                ]
+            )
         ),
         "lifespan": LifespanApp(session_runner),
     }

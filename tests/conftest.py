@@ -10,6 +10,11 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+@pytest.fixture(autouse=True)
+def _live_server_helper() -> None:
+    """Turn off pytest-django's helper for its own `live_server`, a name our fixture below takes over."""
+
+
 @pytest.fixture(scope="session")
 def live_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """One real server for the whole session (Daphne, free port, temporary state dir and workspace)."""

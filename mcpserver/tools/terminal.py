@@ -19,11 +19,13 @@ CwdArg = Annotated[str | None, Field(description="Working directory; default the
 
 
 def exec_text(result: ExecResult) -> str:
+    """`stdout:`, `stderr:` (each when non-empty, final newline dropped) and `exit_code:`, joined by a blank line."""
     parts = []
-    if result.stdout:
-        parts.append(f"stdout:\n{result.stdout}")
-    if result.stderr:
-        parts.append(f"stderr:\n{result.stderr}")
+    stdout, stderr = result.stdout.rstrip("\n"), result.stderr.rstrip("\n")
+    if stdout:
+        parts.append(f"stdout:\n{stdout}")
+    if stderr:
+        parts.append(f"stderr:\n{stderr}")
     parts.append(f"exit_code: {result.exit_code}")
     return "\n\n".join(parts)
 

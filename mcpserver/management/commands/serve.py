@@ -17,9 +17,11 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         daphne = str(Path(sys.executable).parent / "daphne")
-        argv = [daphne, "--access-log", "-", "--proxy-headers"] if options["unix_socket"] else [daphne, "--access-log", "-"]
+        # Daphne's own access log records query strings (a token could sit there): sandstorm_site.accesslog
+        # logs requests instead.
+        argv = [daphne, "--access-log", os.devnull]
         if options["unix_socket"]:
-            argv += ["-u", options["unix_socket"]]
+            argv += ["--proxy-headers", "-u", options["unix_socket"]]
         else:
             argv += ["-b", settings.MCP_HOST, "-p", str(settings.MCP_PORT)]
         argv.append("sandstorm_site.asgi:application")

@@ -1,0 +1,167 @@
+"""The /mcp endpoint over real HTTP: authentication, scope, Host/Origin checks, sessions and both protocol eras."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import httpx2
+import pytest
+
+from tests.live import LiveServer, auth_headers, mcp_client, text_of
+
+pytestmark = [pytest.mark.live]
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
+}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+READ_ONLY_TOOLS = {"file_read", "file_list", "git_status", "git_diff", "git_log", "workspace_info", "git_branch"}
+
+
+def post_initialize(server: LiveServer, headers: dict[str, str]) -> httpx2.Response:
+    return httpx2.post(server.mcp_url, json=INITIALIZE, headers={**MCP_HEADERS, **headers}, timeout=10)
+
+
+def test_no_token_gets_401_with_resource_metadata(live_server: LiveServer) -> None:
+    response = post_initialize(live_server, {})
+    assert response.status_code == 401
+    expected = f'Bearer resource_metadata="{live_server.url}/.well-known/oauth-protected-resource/mcp"'
+    assert response.headers["www-authenticate"] == expected
+    assert response.json()["error"] == "unauthorized"
+
+
+def test_an_unknown_token_gets_401_invalid_token(live_server: LiveServer) -> None:
+    response = post_initialize(live_server, auth_headers("sst_not-a-real-token-at-all"))
+    assert response.status_code == 401
+    assert 'error="invalid_token"' in response.headers["www-authenticate"]
+    assert "resource_metadata=" in response.headers["www-authenticate"]
+    assert response.json()["error"] == "invalid_token"
+
+
+def test_a_token_in_the_query_string_is_never_accepted(live_server: LiveServer) -> None:
+    for name in ("access_token", "token"):
+        response = httpx2.post(
+            f"{live_server.mcp_url}?{name}={live_server.token}", json=INITIALIZE, headers=MCP_HEADERS, timeout=10
+        )
+        assert response.status_code == 401
+
+
+def test_a_revoked_token_is_refused_from_its_next_request(live_server: LiveServer) -> None:
+    token = live_server.create_token("to-revoke")
+    assert post_initialize(live_server, auth_headers(token)).status_code == 200
+    live_server.manage("revoke_token", "to-revoke")
+    assert post_initialize(live_server, auth_headers(token)).status_code == 401
+
+
+def test_a_foreign_origin_gets_403(live_server: LiveServer) -> None:
+    headers = {**auth_headers(live_server.token), "Origin": "https://evil.example"}
+    assert post_initialize(live_server, headers).status_code == 403
+
+
+def test_a_loopback_origin_is_allowed(live_server: LiveServer) -> None:
+    headers = {**auth_headers(live_server.token), "Origin": f"http://localhost:{live_server.port}"}
+    assert post_initialize(live_server, headers).status_code == 200
+
+
+def test_a_foreign_host_header_is_refused(live_server: LiveServer) -> None:
+    headers = {**auth_headers(live_server.token), "Host": "rebind.example"}
+    assert post_initialize(live_server, headers).status_code in {400, 421}
+
+
+def test_a_session_opened_by_one_credential_cannot_be_used_with_another(live_server: LiveServer) -> None:
+    first = post_initialize(live_server, auth_headers(live_server.token))
+    session_id = first.headers["mcp-session-id"]
+    other = live_server.create_token("session-thief")
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    stolen = httpx2.post(
+        live_server.mcp_url,
+        json=listing,
+        headers={**MCP_HEADERS, **auth_headers(other), "Mcp-Session-Id": session_id, "Mcp-Protocol-Version": "2025-11-25"},
+        timeout=10,
+    )
+    assert stolen.status_code == 404
+    own = httpx2.post(
+        live_server.mcp_url,
+        json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+        headers={**MCP_HEADERS, **auth_headers(live_server.token), "Mcp-Session-Id": session_id, "Mcp-Protocol-Version": "2025-11-25"},
+        timeout=10,
+    )
+    assert own.status_code == 202
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_both_protocol_eras_list_the_20_tools_and_call_one(live_server: LiveServer, mode: str) -> None:
+    async with mcp_client(live_server.mcp_url, live_server.token, mode=mode) as client:
+        tools = (await client.list_tools()).tools
+        result = await client.call_tool("terminal_exec", {"command": "echo era-ok"})
+    assert len(tools) == 20
+    assert text_of(result) == "stdout:\nera-ok\n\nexit_code: 0"
+    assert result.structured_content is not None and result.structured_content["exit_code"] == 0
+
+
+@pytest.mark.anyio
+async def test_tools_carry_annotations_and_only_terminal_exec_a_structured_copy(live_server: LiveServer) -> None:
+    async with mcp_client(live_server.mcp_url, live_server.token) as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        written = await client.call_tool("file_write", {"path": "annotations.txt", "content": "x"})
+    assert tools["file_read"].annotations.read_only_hint is True
+    assert tools["file_delete"].annotations.destructive_hint is True
+    assert tools["terminal_exec"].annotations.read_only_hint is False
+    assert all(tool.output_schema is None for tool in tools.values())
+    assert written.structured_content is None
+
+
+@pytest.mark.anyio
+async def test_a_read_only_token_sees_and_may_call_only_read_only_tools(live_server: LiveServer) -> None:
+    token = live_server.create_token("reader", scope="mcp:read")
+    async with mcp_client(live_server.mcp_url, token) as client:
+        names = {tool.name for tool in (await client.list_tools()).tools}
+        write = await client.call_tool("file_write", {"path": "ro.txt", "content": "no"})
+        create_branch = await client.call_tool("git_branch", {"name": "feature"})
+        listing = await client.call_tool("file_list", {"path": ""})
+    assert names == READ_ONLY_TOOLS
+    assert write.is_error and text_of(write) == "Error: this credential's scope (mcp:read) does not allow file_write"
+    assert text_of(create_branch) == "Error: this credential's scope (mcp:read) does not allow git_branch with name"
+    assert not listing.is_error
+    assert not (live_server.workspace / "ro.txt").exists()
+
+
+@pytest.mark.anyio
+async def test_tool_processes_see_none_of_the_servers_environment(live_server: LiveServer) -> None:
+    async with mcp_client(live_server.mcp_url, live_server.token) as client:
+        result = await client.call_tool("terminal_exec", {"command": "env; cat /proc/$$/environ | tr '\\0' '\\n'"})
+    output = text_of(result)
+    assert "SANDSTORM_" not in output and "DJANGO_" not in output
+    assert live_server.token not in output
+    assert "HOME=" in output and "PATH=" in output
+
+
+def test_health_reports_status_without_secrets(live_server: LiveServer) -> None:
+    body = httpx2.get(f"{live_server.url}/health", timeout=10).json()
+    assert body["ok"] is True and body["version"]
+    assert body["cores"] >= 1 and body["memory_available_bytes"] > 0 and body["workspace_disk_free_bytes"] > 0
+    assert len(body["tools"]) == 20 and "terminal_exec" in body["tools"]
+    assert live_server.token not in json.dumps(body)
+
+
+def test_the_database_runs_in_wal_mode(live_server: LiveServer) -> None:
+    connection = sqlite3.connect(live_server.state_dir / "sandstorm.sqlite3")
+    try:
+        assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        connection.close()
+
+
+def test_tokens_are_stored_hashed_and_never_logged(live_server: LiveServer) -> None:
+    connection = sqlite3.connect(live_server.state_dir / "sandstorm.sqlite3")
+    try:
+        rows = connection.execute("SELECT token_hash, prefix FROM oauth_bearertoken").fetchall()
+    finally:
+        connection.close()
+    assert rows and all(live_server.token not in (digest + prefix) for digest, prefix in rows)
+    assert live_server.token not in live_server.log()
