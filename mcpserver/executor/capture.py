@@ -1,0 +1,187 @@
+"""Bounded capture of a command's output: head and tail in memory, the whole stream spilled to a file.
+
+A command may print far more than the server should hold (or send). Each stream keeps its first and last few
+kilobytes in memory; once it outgrows that room, everything (what was buffered, then every later chunk) goes
+to a file under the workspace's output directory, which the result names so the agent can page through it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import BinaryIO
+
+logger = logging.getLogger(__name__)
+
+SPILL_CAP = 256 * 1024 * 1024  # bytes per spill file; past it the file ends with a line saying it was cut
+MAX_AGE_SECONDS = 7 * 24 * 3600
+MAX_DIR_BYTES = 1024 * 1024 * 1024
+PROGRESS_INTERVAL = 0.25  # seconds between listener calls: at most 4 a second
+PROGRESS_CHARS = 1024
+
+
+def spill_stem(label: str) -> str:
+    """A fresh file-name stem such as `exec-20250101-120000-1a2b3c4d` for one run's output files."""
+    return f"{label}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
+
+
+def prune_output_dir(
+    directory: Path, *, keep: Path | None = None, max_age: float = MAX_AGE_SECONDS, max_bytes: int = MAX_DIR_BYTES
+) -> None:
+    """Delete files older than `max_age`, then the oldest ones until the directory holds under `max_bytes`."""
+    now = time.time()
+    entries: list[tuple[float, int, Path]] = []
+    for path in directory.iterdir():
+        try:
+            info = path.lstat()
+        except FileNotFoundError:
+            continue  # removed meanwhile, e.g. by a concurrent prune
+        if path.is_symlink() or not path.is_file():
+            continue
+        entries.append((info.st_mtime, info.st_size, path))
+    entries.sort()
+    total = sum(size for _, size, _ in entries)
+    for mtime, size, path in entries:
+        if path == keep or (now - mtime <= max_age and total < max_bytes):
+            continue
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        total -= size
+
+
+def _trim_incomplete_end(data: bytes) -> bytes:
+    """`data` without a UTF-8 sequence cut short at its end (the rest of it was left out)."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 == 0x80:
+            continue  # a continuation byte: keep looking for the lead byte
+        needed = 2 if byte & 0xE0 == 0xC0 else 3 if byte & 0xF0 == 0xE0 else 4 if byte & 0xF8 == 0xF0 else 1
+        return data[: len(data) - back] if needed > back else data
+    return data
+
+
+def _trim_incomplete_start(data: bytes) -> bytes:
+    """`data` without the continuation bytes of a UTF-8 sequence whose start was left out."""
+    start = 0
+    while start < min(3, len(data)) and data[start] & 0xC0 == 0x80:
+        start += 1
+    return data[start:]
+
+
+class StreamCapture:
+    """One stream (stdout or stderr): its head and tail in memory, its total size, and its spill file if any."""
+
+    def __init__(self, name: str, budget: int, output_dir: Path, stem: str) -> None:
+        self.name = name
+        self.head_room = max(budget // 4, 0)
+        self.tail_room = max(budget // 4, 0)
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+        self.path: Path | None = None
+        self._spill_target = output_dir / f"{stem}.{name}.log"
+        self._file: BinaryIO | None = None
+        self._spilled = 0
+        self._spill_failed = False
+
+    def feed(self, data: bytes) -> None:
+        if self._file is None and self.total + len(data) > self.head_room + self.tail_room:
+            self._open_spill()
+        self.total += len(data)
+        self._write_spill(data)
+        take = min(len(data), self.head_room - len(self.head))
+        if take > 0:
+            self.head += data[:take]
+            data = data[take:]
+        if not data:
+            return
+        self.tail += data
+        excess = len(self.tail) - self.tail_room
+        if excess > 0:
+            del self.tail[:excess]  # bytearray drops its front cheaply (no copy of the rest)
+
+    def _open_spill(self) -> None:
+        if self._spill_failed:
+            return
+        try:
+            self._file = open(self._spill_target, "xb")  # noqa: SIM115 - stays open while the command runs
+            prune_output_dir(self._spill_target.parent, keep=self._spill_target)
+        except OSError:
+            logger.exception("cannot create the output file %s", self._spill_target)
+            self._spill_failed = True
+            return
+        self.path = self._spill_target
+        self._write_spill(bytes(self.head) + bytes(self.tail))  # nothing was dropped yet
+
+    def _write_spill(self, data: bytes) -> None:
+        if self._file is None or self._spilled >= SPILL_CAP or not data:
+            return
+        part = data[: SPILL_CAP - self._spilled]
+        try:
+            self._file.write(part)
+            self._spilled += len(part)
+            if self._spilled >= SPILL_CAP:
+                self._file.write(f"\n[output file cut at {SPILL_CAP} bytes; the command printed more]\n".encode())
+        except OSError:
+            logger.exception("cannot write the output file %s", self.path)
+            self._spilled = SPILL_CAP  # stop trying; the file holds what it could
+
+    def close(self) -> None:
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError:
+                logger.exception("cannot close the output file %s", self.path)
+            self._file = None
+
+    @property
+    def cut(self) -> bool:
+        return self.total > len(self.head) + len(self.tail)
+
+    def text(self) -> str:
+        """The stream as text: whole if it fit, else head, a line saying what was left out and where, and tail."""
+        if not self.cut:
+            return (bytes(self.head) + bytes(self.tail)).decode("utf-8", errors="replace")
+        omitted = self.total - len(self.head) - len(self.tail)
+        where = f"the whole {self.name} is in {self.path}" if self.path else f"the whole {self.name} was not saved"
+        head = _trim_incomplete_end(bytes(self.head)).decode("utf-8", errors="replace")
+        tail = _trim_incomplete_start(bytes(self.tail)).decode("utf-8", errors="replace")
+        return f"{head}\n[... {omitted} bytes omitted; {where}]\n{tail}"
+
+
+class ProgressRelay:
+    """Passes recent output to a listener, coalesced: at most one call per PROGRESS_INTERVAL, 1024 chars each."""
+
+    def __init__(self, listener: Callable[[str], Awaitable[None]]) -> None:
+        self._listener = listener
+        self._decoders = {name: codecs.getincrementaldecoder("utf-8")(errors="replace") for name in ("1", "2")}
+        self._pending = ""
+        self._ready = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def feed(self, fd: int, data: bytes) -> None:
+        text = self._decoders[str(fd)].decode(data)
+        if text:
+            self._pending = (self._pending + text[-PROGRESS_CHARS:])[-PROGRESS_CHARS:]
+            self._ready.set()
+
+    def stop(self) -> None:
+        self._task.cancel()  # not awaited: the caller may itself be a cancelled task
+
+    async def _run(self) -> None:
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            text, self._pending = self._pending, ""
+            try:
+                await self._listener(text)
+            except Exception:  # a progress listener must never kill the command
+                logger.exception("output listener failed")
+            await asyncio.sleep(PROGRESS_INTERVAL)

@@ -1,0 +1,288 @@
+"""Running commands: bounded output capture, timeouts, cancellation, background processes and their signals.
+
+Every command runs in a new session (its own process group), so a timeout, a cancelled call or `terminal_kill`
+can signal the whole group: the command, and anything it started, with no child left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from mcpserver.executor.capture import ProgressRelay, StreamCapture, prune_output_dir, spill_stem
+from mcpserver.executor.interface import BackgroundStart, ExecResult, OutputListener, ToolFailure
+from mcpserver.executor.paths import Workspace
+
+logger = logging.getLogger(__name__)
+
+TERM_GRACE = 2.0  # seconds between SIGTERM and SIGKILL
+PIPE_GRACE = 0.5  # how long pipes may stay open after the command exits (held by something it backgrounded)
+KILL_WAIT = 5.0  # how long to wait for a SIGKILLed process to be gone before giving up on it
+BACKGROUND_LOG_CAP = 64 * 1024 * 1024
+TIMEOUT_EXIT_CODE = 124
+
+# The background wrapper: the command's output, both streams, into a log capped at $2 bytes. Past the cap the
+# rest is read and dropped, so the command never dies of SIGPIPE. GNU `head -c` never reads past its count, but
+# it buffers its output (stdio), so `stdbuf -o0` makes it write each piece as it comes: the log stays live.
+_BACKGROUND_SCRIPT = (
+    'bash -c "$1" 2>&1 | { if command -v stdbuf >/dev/null; then stdbuf -o0 head -c "$2"; else head -c "$2"; fi; '
+    'if [ "$(head -c 1 | wc -c)" -gt 0 ]; then printf "\\n[log cut at %s bytes]\\n" "$2"; cat >/dev/null; fi; '
+    '} > "$3"'
+)
+
+# Tasks that reap background processes: referenced here so they are not garbage-collected while they wait.
+_reapers: set[asyncio.Task[int]] = set()
+
+
+def kill_group(pgid: int, signum: int) -> None:
+    """Signal a process group we started; a group that is already gone is fine."""
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        logger.warning("not allowed to signal process group %d", pgid)
+
+
+class _Capture(asyncio.SubprocessProtocol):
+    """Feeds the pipes into bounded captures and tells when the process exited and when its pipes closed.
+
+    A protocol rather than `create_subprocess_exec`'s streams: before Python 3.12 `Process.wait()` does not
+    return until the pipes close, and a command that backgrounds something (`sleep 100 &`) keeps them open.
+    """
+
+    def __init__(self, streams: dict[int, StreamCapture], relay: ProgressRelay | None) -> None:
+        loop = asyncio.get_running_loop()
+        self.streams = streams
+        self.relay = relay
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.pipes_closed: asyncio.Future[None] = loop.create_future()
+        self._open_pipes = set(streams)
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        self.streams[fd].feed(data)
+        if self.relay is not None:
+            self.relay.feed(fd, data)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        self._open_pipes.discard(fd)
+        if not self._open_pipes and not self.pipes_closed.done():
+            self.pipes_closed.set_result(None)
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+
+async def _spawn(argv: list[str], cwd: str, env: dict[str, str], protocol: _Capture) -> asyncio.SubprocessTransport:
+    loop = asyncio.get_running_loop()
+    try:
+        transport, _ = await loop.subprocess_exec(
+            lambda: protocol,
+            *argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            cwd=cwd,
+            env=env,
+        )
+    except FileNotFoundError as error:
+        raise ToolFailure(f"Error: {argv[0]} is not installed") from error
+    except PermissionError as error:
+        raise ToolFailure(f"Error: {argv[0]}: Permission denied") from error
+    return transport
+
+
+async def _wait_for(future: asyncio.Future[None], timeout: float) -> bool:
+    """Whether `future` finished within `timeout` seconds (it is never cancelled by the wait)."""
+    done, _ = await asyncio.wait({future}, timeout=timeout)
+    return bool(done)
+
+
+async def _supervise(protocol: _Capture, pid: int, timeout: float) -> bool:
+    """Wait for the command and its pipes; on timeout, end its group. Returns whether it timed out."""
+    timed_out = not await _wait_for(protocol.exited, timeout)
+    if timed_out:
+        kill_group(pid, signal.SIGTERM)
+        if not await _wait_for(protocol.exited, TERM_GRACE):
+            kill_group(pid, signal.SIGKILL)
+            await _wait_for(protocol.exited, KILL_WAIT)
+    if not await _wait_for(protocol.pipes_closed, PIPE_GRACE):
+        kill_group(pid, signal.SIGKILL)  # what the command left running in the background still holds the pipes
+        await _wait_for(protocol.pipes_closed, KILL_WAIT)
+    return timed_out
+
+
+def _abandon(transport: asyncio.SubprocessTransport, protocol: _Capture) -> None:
+    """The call was cancelled: end the group now, SIGKILL what is left later, and let go of the pipes.
+
+    Nothing here may await: the task running it is being cancelled.
+    """
+    pid = transport.get_pid()
+    kill_group(pid, signal.SIGTERM)
+    for fd in (1, 2):
+        pipe = transport.get_pipe_transport(fd)
+        if pipe is not None:
+            pipe.close()
+    protocol.exited.add_done_callback(lambda _: transport.close())
+    asyncio.get_running_loop().call_later(TERM_GRACE, kill_group, pid, signal.SIGKILL)
+
+
+def _exit_code(transport: asyncio.SubprocessTransport, timed_out: bool) -> int:
+    if timed_out:
+        return TIMEOUT_EXIT_CODE
+    code = transport.get_returncode()
+    if code is None:
+        return -1  # still running after SIGKILL (e.g. stuck in the kernel); we stopped waiting for it
+    return 128 - code if code < 0 else code  # killed by signal N: 128+N, as a shell reports it
+
+
+async def run_process(
+    argv: list[str],
+    *,
+    cwd: str,
+    env: dict[str, str],
+    timeout: float,
+    output_budget: int,
+    listener: OutputListener | None,
+    output_dir: Path,
+    label: str,
+) -> ExecResult:
+    """Run `argv` (no shell) in its own process group, keeping at most `output_budget` bytes of its output."""
+    if not os.path.isdir(cwd):
+        raise ToolFailure(f"Error: {cwd}: Not a directory")
+    loop = asyncio.get_running_loop()
+    stem = spill_stem(label)
+    streams = {fd: StreamCapture(name, output_budget, output_dir, stem) for fd, name in ((1, "stdout"), (2, "stderr"))}
+    relay = ProgressRelay(listener) if listener is not None else None
+    started = loop.time()
+    try:
+        protocol = _Capture(streams, relay)
+        transport = await _spawn(argv, cwd, env, protocol)
+        try:
+            timed_out = await _supervise(protocol, transport.get_pid(), timeout)
+        except asyncio.CancelledError:
+            _abandon(transport, protocol)
+            raise
+        transport.close()
+    finally:
+        if relay is not None:
+            relay.stop()
+        for stream in streams.values():
+            stream.close()
+    return _result(streams, transport, timed_out, timeout, int((loop.time() - started) * 1000))
+
+
+def _result(
+    streams: dict[int, StreamCapture],
+    transport: asyncio.SubprocessTransport,
+    timed_out: bool,
+    timeout: float,
+    duration_ms: int,
+) -> ExecResult:
+    stderr = streams[2].text()
+    if timed_out:
+        stderr += ("" if not stderr or stderr.endswith("\n") else "\n") + f"timeout after {timeout:g}s"
+    spilled = [stream.path for stream in streams.values() if stream.path is not None]
+    return ExecResult(
+        stdout=streams[1].text(),
+        stderr=stderr,
+        exit_code=_exit_code(transport, timed_out),
+        timed_out=timed_out,
+        truncated=any(stream.cut for stream in streams.values()),
+        duration_ms=duration_ms,
+        output_path=str(spilled[0]) if spilled else None,  # stdout's file if it has one
+        stdout_bytes=streams[1].total,
+        stderr_bytes=streams[2].total,
+    )
+
+
+def read_start_ticks(pid: int) -> int | None:
+    """Field 22 of /proc/<pid>/stat (start time in clock ticks since boot), or None if there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            text = stat.read().decode("ascii", errors="replace")
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    fields = text[text.rfind(")") + 1 :].split()  # the name (field 2) may itself hold spaces and parentheses
+    # fields[0] is field 3 (the state), so field 22 is fields[19]
+    return int(fields[19]) if len(fields) > 19 else None
+
+
+def _reap_later(process: asyncio.subprocess.Process) -> None:
+    task = asyncio.get_running_loop().create_task(process.wait())
+    _reapers.add(task)
+    task.add_done_callback(_reapers.discard)
+
+
+class ProcessOps:
+    """The executor's process tools. Expects `self.workspace`, `self.root` and `self.env` (see LocalExecutor)."""
+
+    workspace: Workspace
+    root: str
+    env: dict[str, str]
+
+    def _working_dir(self, cwd: str | None) -> str:
+        directory = self.workspace.resolve(cwd)
+        if not directory.is_dir():
+            raise ToolFailure(f"Error: {cwd}: Not a directory")
+        return str(directory)
+
+    async def run_command(
+        self, command: str, cwd: str | None, timeout: float, output_budget: int, listener: OutputListener | None
+    ) -> ExecResult:
+        return await run_process(
+            ["/bin/bash", "-c", command],
+            cwd=self._working_dir(cwd),
+            env=self.env,
+            timeout=timeout,
+            output_budget=output_budget,
+            listener=listener,
+            output_dir=self.workspace.output_dir(),
+            label="exec",
+        )
+
+    async def start_background(self, command: str, cwd: str | None) -> BackgroundStart:
+        directory = self._working_dir(cwd)
+        output_dir = self.workspace.output_dir()
+        log_path = output_dir / f"{spill_stem('bg')}.log"
+        log_path.touch(exist_ok=False)  # exists as soon as we name it; the wrapper's redirect truncates it again
+        prune_output_dir(output_dir, keep=log_path)
+        argv = ["/bin/bash", "-c", _BACKGROUND_SCRIPT, "sandstorm-bg", command, str(BACKGROUND_LOG_CAP), str(log_path)]
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=directory,
+            env=self.env,
+        )
+        _reap_later(process)
+        ticks = read_start_ticks(process.pid)
+        if ticks is None:  # it cannot have been reaped yet: the reaper task has not run
+            raise ToolFailure(f"Error: background process {process.pid} vanished at start")
+        return BackgroundStart(pid=process.pid, pgid=process.pid, start_ticks=ticks, log_path=str(log_path))
+
+    async def process_start_ticks(self, pid: int) -> int | None:
+        return read_start_ticks(pid)
+
+    async def signal_group(self, pid: int, pgid: int, start_ticks: int, signum: int) -> bool:
+        """Signal the group only if `pid` is still the very process that was started (never a reused PID)."""
+        if pid <= 0 or pgid <= 0 or read_start_ticks(pid) != start_ticks:
+            return False
+        try:
+            if os.getpgid(pid) != pgid:
+                return False
+            os.killpg(pgid, signum)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            logger.warning("not allowed to signal process group %d", pgid)
+            return False
+        return True
