@@ -1,0 +1,125 @@
+"""Servers of their own: rate and concurrency limits, first-run bootstrap, clean shut-down on SIGTERM."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+from pathlib import Path
+
+import anyio
+import httpx2
+import pytest
+
+from tests.live import auth_headers, make_server, mcp_client, poll, running_server, text_of
+
+pytestmark = [pytest.mark.live]
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
+}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+def test_over_the_rate_limit_a_credential_gets_429_with_retry_after(tmp_path: Path) -> None:
+    with running_server(tmp_path, SANDSTORM_RATE_LIMIT="3") as server:
+        other = server.create_token("other")
+        statuses = [
+            httpx2.post(server.mcp_url, json=INITIALIZE, headers={**MCP_HEADERS, **auth_headers(server.token)}, timeout=10)
+            for _ in range(4)
+        ]
+        assert [response.status_code for response in statuses] == [200, 200, 200, 429]
+        retry_after = int(statuses[-1].headers["retry-after"])
+        assert 1 <= retry_after <= 60
+        assert statuses[-1].json()["error"] == "rate_limited"
+        # The limit is per credential: another token is unaffected.
+        fresh = httpx2.post(server.mcp_url, json=INITIALIZE, headers={**MCP_HEADERS, **auth_headers(other)}, timeout=10)
+        assert fresh.status_code == 200
+
+
+@pytest.mark.anyio
+async def test_calls_beyond_the_concurrency_limit_are_refused_while_others_run(tmp_path: Path) -> None:
+    with running_server(tmp_path, SANDSTORM_MAX_CONCURRENT_CALLS="1") as server:
+        marker = server.workspace / "slow-started"
+        async with mcp_client(server.mcp_url, server.token) as client:
+            results: dict[str, object] = {}
+
+            async def slow() -> None:
+                command = f"touch {marker}; sleep 3; echo done"
+                results["slow"] = await client.call_tool("terminal_exec", {"command": command})
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(slow)
+                with anyio.fail_after(10):
+                    while not marker.exists():
+                        await anyio.sleep(0.02)
+                results["second"] = await client.call_tool("terminal_exec", {"command": "echo second"})
+        assert "1 tool calls running" in text_of(results["second"])
+        assert results["second"].is_error  # type: ignore[attr-defined]
+        assert "done" in text_of(results["slow"])
+
+
+def test_bootstrap_prints_secrets_once_and_a_revoked_bootstrap_token_stays_revoked(tmp_path: Path) -> None:
+    server = make_server(tmp_path, SANDSTORM_ADMIN_PASSWORD="")
+    first = server.manage("bootstrap").stdout
+    assert "Password:" in first and "shown once" in first
+    assert "claude mcp add --transport http sandstorm" in first and server.mcp_url in first
+    assert server.token not in first  # imported from SANDSTORM_MCP_TOKEN, never echoed
+    second = server.manage("bootstrap").stdout
+    assert "shown once" not in second
+    server.manage("revoke_token", "bootstrap")
+    server.manage("bootstrap")
+    database = sqlite3.connect(server.state_dir / "sandstorm.sqlite3")
+    try:
+        rows = database.execute("SELECT revoked_at FROM oauth_bearertoken WHERE name = 'bootstrap'").fetchall()
+    finally:
+        database.close()
+    assert len(rows) == 1 and rows[0][0] is not None
+
+
+def test_bootstrap_without_a_token_variable_prints_a_first_token_that_works(tmp_path: Path) -> None:
+    server = make_server(tmp_path, SANDSTORM_MCP_TOKEN="")
+    output = server.manage("bootstrap").stdout
+    token = next(line.split()[1] for line in output.splitlines() if line.strip().startswith("Token:"))
+    assert token.startswith("sst_")
+    assert f'--header "Authorization: Bearer {token}"' in output
+    assert token not in server.manage("bootstrap").stdout
+    server.token = token
+    server.start()
+    try:
+        response = httpx2.post(server.mcp_url, json=INITIALIZE, headers={**MCP_HEADERS, **auth_headers(token)}, timeout=10)
+        assert response.status_code == 200
+    finally:
+        server.stop()
+
+
+@pytest.mark.anyio
+async def test_sigterm_shuts_down_cleanly_with_sessions_and_a_call_open(tmp_path: Path) -> None:
+    server = make_server(tmp_path)
+    server.start()
+    marker = server.workspace / "running"
+    try:
+        async with mcp_client(server.mcp_url, server.token) as client:
+
+            async def long_call() -> None:
+                await client.call_tool("terminal_exec", {"command": f"touch {marker}; sleep 60"})
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(long_call)
+                with anyio.fail_after(10):
+                    while not marker.exists():
+                        await anyio.sleep(0.02)
+                server.process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+                await anyio.to_thread.run_sync(lambda: poll(lambda: server.process.poll() is not None, 20, what="exit"))  # type: ignore[union-attr]
+                group.cancel_scope.cancel()
+    except* httpx2.TransportError:
+        pass  # the client sees the connection of its in-flight call drop; the server's side is what is checked
+    finally:
+        returncode = server.stop()
+    log = server.log()
+    assert returncode == 0, log
+    assert "Traceback" not in log, log
+    assert "MCP session manager stopped" in log
+    assert marker.exists()
