@@ -7,6 +7,7 @@ import sqlite3
 from pathlib import Path
 
 import anyio
+import psutil
 import httpx2
 import pytest
 
@@ -123,3 +124,5 @@ async def test_sigterm_shuts_down_cleanly_with_sessions_and_a_call_open(tmp_path
     assert "Traceback" not in log, log
     assert "MCP session manager stopped" in log
     assert marker.exists()
+    # The call's process group was killed with the session, not orphaned.
+    poll(lambda: not any(str(marker) in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])), 10, what="orphans to go")
