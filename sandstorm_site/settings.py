@@ -133,6 +133,8 @@ DATABASES = {
             "timeout": 30,
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         },
+        # A file, not the in-memory default: code under test reads the database from worker threads too.
+        "TEST": {"NAME": STATE_DIR / "test.sqlite3"},
     }
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

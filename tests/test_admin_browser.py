@@ -1,0 +1,96 @@
+"""The token admin in headless Chromium: log in, create a token, see its secret once, use it, revoke it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx2
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from tests.live import LiveServer, auth_headers
+
+CHROMIUM = "/usr/bin/chromium"
+pytestmark = [pytest.mark.live, pytest.mark.browser]
+# Flags for a sandboxed machine as root with no network: no sandbox, no background traffic.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "browser-test", "version": "0"}},
+}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def admin_page(browser: Browser, live_server: LiveServer) -> Iterator[Page]:
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{live_server.url}/admin/login/")
+    page.fill("#id_username", "admin")
+    page.fill("#id_password", live_server.admin_password)
+    page.click("input[type=submit]")
+    page.wait_for_url(f"{live_server.url}/admin/")
+    yield page
+    context.close()
+
+
+def mcp_status(server: LiveServer, token: str) -> int:
+    response = httpx2.post(server.mcp_url, json=INITIALIZE, headers={**MCP_HEADERS, **auth_headers(token)}, timeout=10)
+    return response.status_code
+
+
+def test_a_token_created_in_the_admin_is_shown_once_works_and_can_be_revoked(admin_page: Page, live_server: LiveServer) -> None:
+    page = admin_page
+    page.goto(f"{live_server.url}/admin/oauth/bearertoken/add/")
+    page.fill("#id_name", "from-the-browser")
+    page.select_option("#id_user", label="admin")
+    page.select_option("#id_scope", value="mcp")
+    page.click("input[name=_save]")
+    secret = page.inner_text("#token-secret").strip()
+    assert secret.startswith("sst_")
+    assert secret in page.inner_text("#claude-line") and live_server.mcp_url in page.inner_text("#claude-line")
+    assert mcp_status(live_server, secret) == 200
+
+    page.goto(f"{live_server.url}/admin/oauth/bearertoken/")
+    assert secret not in page.content()
+    page.click("text=from-the-browser")
+    assert secret not in page.content()
+    assert secret[:8] in page.content()  # the visible prefix, to recognise it
+
+    page.goto(f"{live_server.url}/admin/oauth/bearertoken/")
+    row = page.locator("tr", has_text="from-the-browser")
+    row.locator("input.action-select").check()
+    page.select_option("select[name=action]", value="revoke")
+    page.click("button[name=index]")
+    assert "Revoked 1 token" in page.inner_text(".messagelist")
+    assert mcp_status(live_server, secret) == 401
+
+
+def test_tokens_cannot_be_deleted_from_the_admin(admin_page: Page, live_server: LiveServer) -> None:
+    live_server.create_token("undeletable")
+    admin_page.goto(f"{live_server.url}/admin/oauth/bearertoken/")
+    actions = admin_page.locator("select[name=action] option").all_inner_texts()
+    assert not any("Delete" in action for action in actions)
+
+
+def test_admin_pages_cannot_be_framed(live_server: LiveServer) -> None:
+    response = httpx2.get(f"{live_server.url}/admin/login/", timeout=10)
+    assert response.headers["x-frame-options"] == "DENY"

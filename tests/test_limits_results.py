@@ -1,0 +1,69 @@
+"""The per-credential limits and the byte cap on results."""
+
+from __future__ import annotations
+
+import json
+
+from mcpserver.limits import ConcurrencyLimiter, RateLimiter
+from mcpserver.results import ToolResult, fit_text, render
+from mcpserver.executor.textsize import json_size
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_rate_limiter_allows_n_a_minute_per_credential_then_says_how_long_to_wait() -> None:
+    clock = FakeClock()
+    limiter = RateLimiter(3, clock=clock)
+    assert [limiter.check("a") for _ in range(3)] == [0.0, 0.0, 0.0]
+    wait = limiter.check("a")
+    assert 59 < wait <= 60
+    assert limiter.check("b") == 0.0
+    clock.now += 60
+    assert limiter.check("a") == 0.0
+
+
+def test_a_rate_limit_of_zero_turns_it_off() -> None:
+    limiter = RateLimiter(0)
+    assert all(limiter.check("a") == 0.0 for _ in range(10_000))
+
+
+def test_the_concurrency_limiter_refuses_over_the_limit_and_frees_on_release() -> None:
+    limiter = ConcurrencyLimiter(2)
+    assert limiter.try_acquire("a") and limiter.try_acquire("a")
+    assert not limiter.try_acquire("a")
+    assert limiter.try_acquire("b")
+    limiter.release("a")
+    assert limiter.try_acquire("a")
+
+
+def test_fit_text_keeps_head_and_tail_within_the_budget() -> None:
+    text = "HEAD" + "x" * 100_000 + "TAIL"
+    cut = fit_text(text, 10_000, "the rest is in /ws/out.log")
+    assert json_size(cut) <= 10_000
+    assert cut.startswith("HEAD") and cut.endswith("TAIL")
+    assert "characters omitted; the rest is in /ws/out.log" in cut
+
+
+def test_fit_text_counts_json_escaping() -> None:
+    text = "\x01" * 50_000  # six bytes each once escaped
+    assert json_size(fit_text(text, 20_000)) <= 20_000
+
+
+def test_render_caps_the_serialized_result_with_its_structured_copy() -> None:
+    out = "y" * 400_000
+    result = ToolResult(text=out, structured={"stdout": out})
+    rendered = render(result, 262_144)
+    assert len(rendered.model_dump_json(by_alias=True).encode()) <= 262_144
+    assert rendered.structured_content is None  # a copy that large is dropped, the text is kept (cut)
+
+
+def test_render_keeps_a_small_result_whole() -> None:
+    rendered = render(ToolResult(text="ok", structured={"exit_code": 0}), 262_144)
+    assert rendered.content[0].text == "ok" and rendered.structured_content == {"exit_code": 0}
+    assert json.loads(rendered.model_dump_json(by_alias=True))["isError"] is False
