@@ -8,8 +8,10 @@ from django.conf import settings
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp
 
+from audit.failures import FailureAggregator
 from mcpserver.asgi import BearerAuthMiddleware, McpEndpoint
 from mcpserver.instance import sandstorm_version
+from mcpserver.lifecycle import ServerLifecycle
 from mcpserver.runner import SessionManagerRunner
 from mcpserver.runtime import get_runtime
 from mcpserver.server import build_server
@@ -41,11 +43,14 @@ def build_mcp_application() -> tuple[ASGIApp, SessionManagerRunner]:
         transport_security=transport_security(),
         max_request_body_size=settings.MAX_REQUEST_BYTES,
     )
-    runner = SessionManagerRunner(server.session_manager)
+    failures = FailureAggregator()
+    lifecycle = ServerLifecycle(failures)
+    runner = SessionManagerRunner(server.session_manager, on_start=lifecycle.start, on_stop=lifecycle.stop)
     app = BearerAuthMiddleware(
         McpEndpoint(runner),
         authenticate=authenticate_bearer,
         rate_limiter=get_runtime().rate_limiter,
         resource_metadata_url=resource_metadata_url(),
+        failures=failures,
     )
     return app, runner

@@ -6,11 +6,16 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 
+from django.db import DatabaseError
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from audit.failures import FailureAggregator
+from audit.recorder import acall_denied, aevent
+from mcpserver.call import principal_actor
+from mcpserver.instance import INSTANCE_ID
 from mcpserver.limits import RateLimiter
 from mcpserver.runner import SessionManagerRunner
 from oauth.credentials import Principal
@@ -19,6 +24,7 @@ logger = logging.getLogger(__name__)
 
 Authenticator = Callable[..., Awaitable[Principal | None]]
 PRINCIPAL_KEY = "sandstorm.principal"
+DENIED_RECORDS_PER_MINUTE = 10
 
 
 def client_address(scope: Scope) -> str:
@@ -42,12 +48,21 @@ class BearerAuthMiddleware:
     """
 
     def __init__(
-        self, app: ASGIApp, *, authenticate: Authenticator, rate_limiter: RateLimiter, resource_metadata_url: str
+        self,
+        app: ASGIApp,
+        *,
+        authenticate: Authenticator,
+        rate_limiter: RateLimiter,
+        resource_metadata_url: str,
+        failures: FailureAggregator,
     ) -> None:
         self.app = app
         self.authenticate = authenticate
         self.rate_limiter = rate_limiter
         self.resource_metadata_url = resource_metadata_url
+        self.failures = failures
+        # Denied calls over the rate limit are recorded, but at most this many a minute per credential.
+        self.denial_records = RateLimiter(DENIED_RECORDS_PER_MINUTE)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -62,10 +77,13 @@ class BearerAuthMiddleware:
                 raw, client_address=client_address(scope), user_agent=headers.get("user-agent", "")[:300]
             )
         if principal is None:
+            await self.record_failure(client_address(scope), "invalid_token" if raw else "missing_token")
             await self.unauthorized(send, token_given=bool(raw))
             return
         wait = self.rate_limiter.check(principal.key)
         if wait:
+            if not self.denial_records.check(principal.key):
+                await record_rate_limited_call(scope, receive, principal)
             await self.too_many(send, wait)
             return
         scope = dict(scope)
@@ -75,6 +93,13 @@ class BearerAuthMiddleware:
             AccessToken(token=principal.key, client_id=principal.key, scopes=sorted(principal.scopes), subject=str(principal.user_id))
         )
         await self.app(scope, receive, send)
+
+    async def record_failure(self, address: str, reason: str) -> None:
+        if self.failures.note(address, reason):
+            try:
+                await aevent("auth.failed", client_address=address, instance_id=INSTANCE_ID, reason=reason)
+            except DatabaseError:
+                logger.exception("could not record a failed authentication")
 
     async def unauthorized(self, send: Send, *, token_given: bool) -> None:
         challenge = f'Bearer resource_metadata="{self.resource_metadata_url}"'
@@ -88,6 +113,34 @@ class BearerAuthMiddleware:
         retry = RateLimiter.retry_after_header(wait)
         body = {"error": "rate_limited", "error_description": f"Too many requests for this credential; retry in {retry}s."}
         await send_json(send, 429, body, [(b"retry-after", retry.encode())])
+
+
+async def read_body(receive: Receive, limit: int) -> bytes:
+    body = b""
+    while len(body) <= limit:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    return body
+
+
+async def record_rate_limited_call(scope: Scope, receive: Receive, principal: Principal) -> None:
+    """If the refused request was a tools/call, record it as denied (reading at most 1 MiB of its body)."""
+    try:
+        message = json.loads(await read_body(receive, 1 << 20))
+    except ValueError:
+        return
+    if not isinstance(message, dict) or message.get("method") != "tools/call":
+        return
+    params = message.get("params") if isinstance(message.get("params"), dict) else {}
+    arguments = params.get("arguments") if isinstance(params.get("arguments"), dict) else {}
+    headers = Headers(scope=scope)
+    actor = principal_actor(principal, headers.get("mcp-session-id", ""), headers.get("mcp-protocol-version", ""))
+    try:
+        await acall_denied(actor, str(params.get("name", ""))[:64], arguments, "Error: rate limit exceeded", INSTANCE_ID)
+    except DatabaseError:
+        logger.exception("could not record a rate-limited call")
 
 
 class McpEndpoint:

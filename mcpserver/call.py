@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 from mcp.server.mcpserver import Context
 
+from audit.recorder import Actor
 from mcpserver.executor.interface import Executor
 from oauth.credentials import Principal
 
@@ -45,3 +47,49 @@ def principal_from_request(request: Any) -> Principal | None:
         return None
     principal = scope.get("sandstorm.principal")
     return principal if isinstance(principal, Principal) else None
+
+
+def actor_for(principal: Principal, context: Context[Any, Any]) -> Actor:
+    """The principal as the audit log records it, with the MCP session and protocol version of this request."""
+    return actor_for_request(principal, context.request_context)
+
+
+def actor_for_request(principal: Principal, request_context: Any) -> Actor:
+    headers = getattr(request_context.request, "headers", None)
+    session_id = headers.get("mcp-session-id", "") if headers is not None else ""
+    return principal_actor(principal, session_id, request_context.protocol_version or "")
+
+
+def principal_actor(principal: Principal, session_id: str = "", protocol_version: str = "") -> Actor:
+    return Actor(
+        user_id=principal.user_id,
+        username=principal.username,
+        credential_kind=principal.credential_kind,
+        credential_id=str(principal.credential_id),
+        credential_name=principal.credential_name,
+        scope=principal.scope_text,
+        client_address=principal.client_address,
+        user_agent=principal.user_agent,
+        session_id=session_id[:128],
+        protocol_version=protocol_version[:32],
+    )
+
+
+# Set by the tools/call middleware, flipped by dispatch: a call that never reached dispatch was refused by the SDK
+# (unknown tool, arguments failing the schema) and is recorded as denied by the middleware.
+_dispatch_marker: ContextVar[dict[str, bool] | None] = ContextVar("sandstorm_dispatch_marker", default=None)
+
+
+def open_dispatch_marker() -> tuple[dict[str, bool], object]:
+    holder = {"dispatched": False}
+    return holder, _dispatch_marker.set(holder)
+
+
+def close_dispatch_marker(token: object) -> None:
+    _dispatch_marker.reset(token)  # type: ignore[arg-type]
+
+
+def mark_dispatched(context: Context[Any, Any]) -> None:
+    holder = _dispatch_marker.get()
+    if holder is not None:
+        holder["dispatched"] = True

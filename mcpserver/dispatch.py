@@ -1,26 +1,34 @@
-"""The one dispatch point every tool call passes through: scope, concurrency, errors and the result cap.
+"""The one dispatch point every tool call passes through: scope, concurrency, the audit log, errors, the result cap.
 
-Whatever must happen around every call (the audit log, for one) belongs here and nowhere else.
+A started record is committed before the tool runs (if that fails, the tool does not run) and a finished record
+after it, whatever happened: success, error, timeout, or cancellation by the client.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
+import anyio
+from django.db import DatabaseError
 from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult
 
-from mcpserver.call import ToolCall, principal_from_request
+from audit.models import OUTCOME_CANCELLED, OUTCOME_ERROR, OUTCOME_OK, OUTCOME_TIMEOUT, AuditRecord
+from audit.recorder import Actor, acall_denied, acall_finished, acall_started
+from mcpserver.call import ToolCall, actor_for, mark_dispatched, principal_from_request
 from mcpserver.executor.interface import ToolFailure
+from mcpserver.instance import INSTANCE_ID
 from mcpserver.registry import ToolSpec
 from mcpserver.results import ToolResult, render
-from mcpserver.runtime import get_runtime
+from mcpserver.runtime import Runtime, get_runtime
 from oauth.credentials import Principal
 from oauth.models import SCOPE_READ
 
 logger = logging.getLogger(__name__)
+AUDIT_UNAVAILABLE = "Error: the audit log could not be written, so the call was not run; the server log has the details"
 
 
 def scope_refusal(spec: ToolSpec, principal: Principal, arguments: Mapping[str, Any]) -> str | None:
@@ -35,21 +43,71 @@ def scope_refusal(spec: ToolSpec, principal: Principal, arguments: Mapping[str, 
 
 async def dispatch(spec: ToolSpec, context: Context[Any, Any], arguments: dict[str, Any]) -> CallToolResult:
     runtime = get_runtime()
+    mark_dispatched(context)
     principal = principal_from_request(context.request_context.request)
     if principal is None:  # only reachable if the endpoint were mounted without our auth middleware
         return render(ToolResult.error("Error: this request carries no credential"), runtime.result_cap)
+    actor = actor_for(principal, context)
     refusal = scope_refusal(spec, principal, arguments)
     if refusal is not None:
-        return render(ToolResult.error(refusal), runtime.result_cap)
+        return await deny(actor, spec, arguments, runtime, refusal)
     if not runtime.concurrency.try_acquire(principal.key):
         limit = runtime.concurrency.limit
-        text = f"Error: this credential already has {limit} tool calls running (the limit); wait for one to finish"
-        return render(ToolResult.error(text), runtime.result_cap)
+        reason = f"Error: this credential already has {limit} tool calls running (the limit); wait for one to finish"
+        return await deny(actor, spec, arguments, runtime, reason)
     try:
-        result = await _run(spec, ToolCall(spec.name, principal, runtime.executor, runtime.result_cap, context), arguments)
+        call = ToolCall(spec.name, principal, runtime.executor, runtime.result_cap, context)
+        result = await run_audited(spec, call, actor, arguments)
     finally:
         runtime.concurrency.release(principal.key)
     return render(result, runtime.result_cap)
+
+
+async def deny(actor: Actor, spec: ToolSpec, arguments: dict[str, Any], runtime: Runtime, reason: str) -> CallToolResult:
+    try:
+        await acall_denied(actor, spec.name, arguments, reason, INSTANCE_ID)
+    except DatabaseError:
+        logger.exception("could not record a denied call of %s", spec.name)
+    return render(ToolResult.error(reason), runtime.result_cap)
+
+
+async def run_audited(spec: ToolSpec, call: ToolCall, actor: Actor, arguments: dict[str, Any]) -> ToolResult:
+    try:
+        started = await acall_started(actor, spec.name, arguments, INSTANCE_ID)
+    except DatabaseError:
+        logger.exception("audit: could not record the start of %s; refusing the call", spec.name)
+        return ToolResult.error(AUDIT_UNAVAILABLE)
+    began = time.monotonic()
+    try:
+        result = await _run(spec, call, arguments)
+    except BaseException:
+        # Cancelled by the client, a disconnect or shut-down: record it even inside the cancelled scope.
+        with anyio.CancelScope(shield=True):
+            await _finish(started, OUTCOME_CANCELLED, ToolResult.error("cancelled"), began)
+        raise
+    await _finish(started, outcome_of(result), result, began)
+    return result
+
+
+def outcome_of(result: ToolResult) -> str:
+    if not result.is_error:
+        return OUTCOME_OK
+    return OUTCOME_TIMEOUT if result.extra.get("timed_out") else OUTCOME_ERROR
+
+
+async def _finish(started: AuditRecord, outcome: str, result: ToolResult, began: float) -> None:
+    try:
+        await acall_finished(
+            started,
+            outcome,
+            result_text=result.text,
+            exit_code=result.exit_code,
+            duration_ms=int((time.monotonic() - began) * 1000),
+            instance_id=INSTANCE_ID,
+        )
+    except DatabaseError:
+        # The call already ran; its started record stays, and the next start-up marks it interrupted.
+        logger.exception("audit: could not record the end of %s (record %s)", started.tool, started.id)
 
 
 async def _run(spec: ToolSpec, call: ToolCall, arguments: dict[str, Any]) -> ToolResult:
@@ -61,4 +119,3 @@ async def _run(spec: ToolSpec, call: ToolCall, arguments: dict[str, Any]) -> Too
         # The tool boundary: an unexpected failure becomes an error result; details go to the server log only.
         logger.exception("tool %s failed unexpectedly", spec.name)
         return ToolResult.error(f"Error: {spec.name} failed unexpectedly; the server log has the details")
-

@@ -12,6 +12,7 @@ import asyncio
 import contextvars
 import logging
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
@@ -20,9 +21,16 @@ from starlette.types import Receive, Scope, Send
 logger = logging.getLogger(__name__)
 
 
+Hook = Callable[[], Awaitable[None]]
+
+
 class SessionManagerRunner:
-    def __init__(self, manager: StreamableHTTPSessionManager) -> None:
+    """Holds the session manager open; runs `on_start` before serving and `on_stop` after the last session closed."""
+
+    def __init__(self, manager: StreamableHTTPSessionManager, on_start: Hook | None = None, on_stop: Hook | None = None) -> None:
         self.manager = manager
+        self.on_start = on_start
+        self.on_stop = on_stop
         self._task: asyncio.Task[None] | None = None
         self._ready: asyncio.Event | None = None
         self._stop: asyncio.Event | None = None
@@ -36,15 +44,28 @@ class SessionManagerRunner:
             self._ready, self._stop = asyncio.Event(), asyncio.Event()
             # A fresh context: the task must not inherit the contextvars of whichever request happened to start it.
             self._task = asyncio.get_running_loop().create_task(self._hold(), context=contextvars.Context())
-        assert self._ready is not None
-        await self._ready.wait()
+        assert self._ready is not None and self._task is not None
+        if self._ready.is_set():
+            return
+        waiter = asyncio.ensure_future(self._ready.wait())
+        await asyncio.wait([waiter, self._task], return_when=asyncio.FIRST_COMPLETED)
+        if not self._ready.is_set():
+            waiter.cancel()
+            self._task.result()  # start-up failed: raise its error here instead of waiting forever
+            raise RuntimeError("the MCP session manager stopped before it started")
 
     async def _hold(self) -> None:
         assert self._ready is not None and self._stop is not None
-        async with self.manager.run():
-            self._ready.set()
-            await self._stop.wait()
-        logger.info("MCP session manager stopped")
+        if self.on_start is not None:
+            await self.on_start()
+        try:
+            async with self.manager.run():
+                self._ready.set()
+                await self._stop.wait()
+            logger.info("MCP session manager stopped")
+        finally:
+            if self.on_stop is not None:
+                await self.on_stop()
 
     async def stop(self) -> None:
         if self._task is None or self._stop is None:

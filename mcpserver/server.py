@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import inspect
+import logging
 import typing
 from typing import Any
+
+from django.db import DatabaseError
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, ToolAnnotations
 
-from mcpserver.call import principal_from_request
+from audit.recorder import acall_denied
+from mcpserver.call import actor_for_request, close_dispatch_marker, open_dispatch_marker, principal_from_request
+from mcpserver.instance import INSTANCE_ID
 from mcpserver.dispatch import dispatch
 from mcpserver.registry import TOOLS, ToolSpec
 from mcpserver.tools import ALL_TOOL_MODULES  # noqa: F401  (importing registers the tools)
 
+logger = logging.getLogger(__name__)
 SERVER_NAME = "sandstorm"
 INSTRUCTIONS = (
     "Sandstorm gives you a shell, files and git in one workspace directory on its host. Paths are relative to the "
@@ -49,6 +55,30 @@ def _annotations(spec: ToolSpec) -> ToolAnnotations:
     )
 
 
+async def audit_refused_calls(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+    """Record as denied a tools/call the SDK refused before it reached dispatch (unknown tool, bad arguments)."""
+    if ctx.method != "tools/call":
+        return await call_next(ctx)
+    holder, token = open_dispatch_marker()
+    try:
+        result = await call_next(ctx)
+    finally:
+        close_dispatch_marker(token)
+    if holder["dispatched"] or not isinstance(result, dict) or not result.get("isError"):
+        return result
+    principal = principal_from_request(ctx.request)
+    params = ctx.params or {}
+    if principal is not None:
+        reason = "".join(block.get("text", "") for block in result.get("content", []) if isinstance(block, dict))
+        arguments = params.get("arguments") if isinstance(params.get("arguments"), dict) else {}
+        actor = actor_for_request(principal, ctx)
+        try:
+            await acall_denied(actor, str(params.get("name", ""))[:64], arguments, reason, INSTANCE_ID)
+        except DatabaseError:
+            logger.exception("could not record a refused call")
+    return result
+
+
 async def hide_tools_outside_scope(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
     """A read-only credential sees only the tools it may call in tools/list."""
     result = await call_next(ctx)
@@ -63,7 +93,11 @@ async def hide_tools_outside_scope(ctx: ServerRequestContext[Any, Any], call_nex
 
 def build_server(version: str) -> MCPServer:
     server: MCPServer = MCPServer(
-        SERVER_NAME, title="Sandstorm", instructions=INSTRUCTIONS, version=version, middleware=[hide_tools_outside_scope]
+        SERVER_NAME,
+        title="Sandstorm",
+        instructions=INSTRUCTIONS,
+        version=version,
+        middleware=[audit_refused_calls, hide_tools_outside_scope],
     )
     for spec in TOOLS.values():
         server.add_tool(

@@ -8,7 +8,7 @@ from urllib.parse import unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
-from sandstorm_site.env import env_bool, env_int, env_path, env_secret, env_str, env_url
+from sandstorm_site.env import env_bool, env_int, env_path, env_secret, env_str, env_url, read_or_create_secret_file
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -34,6 +34,8 @@ if _is_within(STATE_DIR, WORKSPACE_ROOT):
 STATE_DIR.mkdir(mode=0o700, exist_ok=True)
 
 SECRET_KEY = env_secret("SANDSTORM_SECRET_KEY", STATE_DIR / "secret_key")
+# Key of the audit log's hash chain: in the state dir (never the workspace), generated once, 0600.
+AUDIT_HMAC_KEY = read_or_create_secret_file(STATE_DIR / "audit_key", "audit key").encode("utf-8")
 DEBUG = env_bool("SANDSTORM_DEBUG", False)
 
 # --- tokens and limits -------------------------------------------------------------------------------------------

@@ -1,0 +1,123 @@
+"""The append-only audit log: one table of records chained by a keyed hash.
+
+A tool call writes two records: `call.started` (committed before the tool runs) and `call.finished` (pointing at it).
+Security events (tokens created/revoked/first used, failed authentications, logins, prunes) are `event` records.
+Nothing in the application updates or deletes a record, except `audit_prune`, which leaves a checkpoint.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils import timezone
+
+KIND_STARTED = "call.started"
+KIND_FINISHED = "call.finished"
+KIND_EVENT = "event"
+KIND_CHOICES = [(KIND_STARTED, "call started"), (KIND_FINISHED, "call finished"), (KIND_EVENT, "event")]
+
+OUTCOME_OK = "ok"
+OUTCOME_ERROR = "error"
+OUTCOME_DENIED = "denied"
+OUTCOME_TIMEOUT = "timeout"
+OUTCOME_CANCELLED = "cancelled"
+OUTCOME_INTERRUPTED = "interrupted"
+OUTCOMES = [OUTCOME_OK, OUTCOME_ERROR, OUTCOME_DENIED, OUTCOME_TIMEOUT, OUTCOME_CANCELLED, OUTCOME_INTERRUPTED]
+OUTCOME_CHOICES = [(outcome, outcome) for outcome in OUTCOMES]
+
+
+class AuditRecord(models.Model):
+    id = models.BigAutoField(primary_key=True)
+    kind = models.CharField(max_length=16, choices=KIND_CHOICES)
+    created_at = models.DateTimeField(default=timezone.now)
+    instance_id = models.CharField(max_length=32, blank=True, help_text="the server process that wrote it")
+    call_id = models.CharField(max_length=32, blank=True, help_text="shared by a call's started and finished records")
+    # A finished record points at its started one; no database constraint, so pruning can cut between them.
+    started = models.OneToOneField(
+        "self", null=True, blank=True, on_delete=models.DO_NOTHING, db_constraint=False, related_name="finished_record"
+    )
+
+    # Who: the principal behind the request.
+    user_id = models.IntegerField(null=True, blank=True)
+    username = models.CharField(max_length=150, blank=True)
+    credential_kind = models.CharField(max_length=16, blank=True)
+    credential_id = models.CharField(max_length=64, blank=True)
+    credential_name = models.CharField(max_length=200, blank=True)
+    scope = models.CharField(max_length=100, blank=True)
+    client_address = models.CharField(max_length=64, blank=True)
+    user_agent = models.CharField(max_length=300, blank=True)
+    session_id = models.CharField(max_length=128, blank=True)
+    protocol_version = models.CharField(max_length=32, blank=True)
+
+    # What: the call and its arguments (secrets redacted, large values cut to head and tail).
+    tool = models.CharField(max_length=64, blank=True)
+    arguments = models.JSONField(null=True, blank=True)
+    arguments_size = models.BigIntegerField(null=True, blank=True)
+    arguments_sha256 = models.CharField(max_length=64, blank=True)
+
+    # Outcome (finished records).
+    outcome = models.CharField(max_length=16, blank=True, choices=OUTCOME_CHOICES)
+    reason = models.TextField(blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    duration_ms = models.IntegerField(null=True, blank=True)
+    result_excerpt = models.TextField(blank=True)
+    result_size = models.BigIntegerField(null=True, blank=True)
+    result_sha256 = models.CharField(max_length=64, blank=True)
+
+    # Events.
+    event = models.CharField(max_length=48, blank=True)
+    detail = models.JSONField(null=True, blank=True)
+
+    # The keyed hash chain: mac = HMAC-SHA-256(key, prev_mac + canonical content).
+    prev_mac = models.CharField(max_length=64)
+    mac = models.CharField(max_length=64)
+
+    class Meta:
+        ordering = ["-id"]
+        verbose_name = "audit record"
+        indexes = [
+            models.Index(fields=["kind", "-id"], name="audit_kind_id"),
+            models.Index(fields=["tool", "-id"], name="audit_tool_id"),
+            models.Index(fields=["credential_kind", "credential_id", "-id"], name="audit_credential_id"),
+            models.Index(fields=["username", "-id"], name="audit_user_id"),
+            models.Index(fields=["outcome", "-id"], name="audit_outcome_id"),
+            models.Index(fields=["session_id", "-id"], name="audit_session_id"),
+            models.Index(fields=["event", "-id"], name="audit_event_id"),
+            models.Index(fields=["created_at"], name="audit_created"),
+            models.Index(fields=["call_id"], name="audit_call"),
+        ]
+
+    def __str__(self) -> str:
+        what = self.tool or self.event or self.kind
+        return f"#{self.id} {self.kind} {what}"
+
+
+class ChainHead(models.Model):
+    """The newest mac, in one row that writers lock: concurrent calls can never fork the chain."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    mac = models.CharField(max_length=64)
+    last_record_id = models.BigIntegerField(default=0)
+
+
+class ChainCheckpoint(models.Model):
+    """Left by audit_prune: the mac of the last pruned record, which the first remaining record chains from."""
+
+    created_at = models.DateTimeField(default=timezone.now)
+    pruned_before = models.DateTimeField()
+    last_pruned_id = models.BigIntegerField()
+    last_pruned_mac = models.CharField(max_length=64)
+    records_pruned = models.BigIntegerField()
+
+    class Meta:
+        ordering = ["-last_pruned_id"]
+
+
+class ServerInstance(models.Model):
+    """A running (or once running) server process, so records of calls it never finished can be marked."""
+
+    id = models.CharField(max_length=32, primary_key=True)
+    hostname = models.CharField(max_length=255)
+    pid = models.IntegerField()
+    started_at = models.DateTimeField(default=timezone.now)
+    last_seen = models.DateTimeField(default=timezone.now)
+    stopped_at = models.DateTimeField(null=True, blank=True)

@@ -1,0 +1,104 @@
+"""What the rest of Sandstorm calls to write the audit log. Takes plain data; imports nothing from other apps."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.utils import timezone
+
+from audit.chain import append
+from audit.excerpt import excerpt, store_arguments
+from audit.models import KIND_EVENT, KIND_FINISHED, KIND_STARTED, OUTCOME_DENIED, AuditRecord
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who acted: the principal of an MCP request, an admin in the browser, or a command on the shell."""
+
+    user_id: int | None = None
+    username: str = ""
+    credential_kind: str = ""
+    credential_id: str = ""
+    credential_name: str = ""
+    scope: str = ""
+    client_address: str = ""
+    user_agent: str = ""
+    session_id: str = ""
+    protocol_version: str = ""
+
+
+def _base(kind: str, actor: Actor | None, instance_id: str) -> AuditRecord:
+    fields = asdict(actor) if actor else {}
+    fields["user_agent"] = fields.get("user_agent", "")[:300]
+    return AuditRecord(kind=kind, created_at=timezone.now(), instance_id=instance_id, **fields)
+
+
+def call_started(actor: Actor, tool: str, arguments: dict[str, Any], instance_id: str) -> AuditRecord:
+    """Commit the started record; the caller must not run the tool if this raises."""
+    stored = store_arguments(arguments, settings.AUDIT_EXCERPT_BYTES)
+    record = _base(KIND_STARTED, actor, instance_id)
+    record.call_id = uuid.uuid4().hex
+    record.tool = tool
+    record.arguments = stored.arguments
+    record.arguments_size = stored.size
+    record.arguments_sha256 = stored.sha256
+    record.detail = {"large_arguments": stored.large} if stored.large else None
+    return append(record)
+
+
+def call_finished(
+    started: AuditRecord,
+    outcome: str,
+    *,
+    result_text: str = "",
+    exit_code: int | None = None,
+    reason: str = "",
+    duration_ms: int | None = None,
+    instance_id: str = "",
+) -> AuditRecord:
+    result = excerpt(result_text, settings.AUDIT_EXCERPT_BYTES)
+    record = AuditRecord(
+        kind=KIND_FINISHED,
+        created_at=timezone.now(),
+        instance_id=instance_id or started.instance_id,
+        call_id=started.call_id,
+        started_id=started.id,
+        tool=started.tool,
+        outcome=outcome,
+        reason=reason,
+        exit_code=exit_code,
+        duration_ms=duration_ms,
+        result_excerpt=result.text,
+        result_size=result.size,
+        result_sha256=result.sha256,
+    )
+    # The finished record repeats who acted, so it can be read (and filtered) on its own.
+    for name in Actor.__dataclass_fields__:
+        setattr(record, name, getattr(started, name))
+    return append(record)
+
+
+def call_denied(actor: Actor, tool: str, arguments: dict[str, Any], reason: str, instance_id: str) -> AuditRecord:
+    started = call_started(actor, tool, arguments, instance_id)
+    return call_finished(started, OUTCOME_DENIED, result_text=reason, reason=reason, duration_ms=0)
+
+
+def event(name: str, actor: Actor | None = None, instance_id: str = "", **detail: Any) -> AuditRecord:
+    record = _base(KIND_EVENT, actor, instance_id)
+    record.event = name
+    record.detail = detail or None
+    return append(record)
+
+
+# Async forms for the tool path. Not thread-sensitive: audit writes run beside each other, serialized by the chain.
+acall_started = sync_to_async(call_started, thread_sensitive=False)
+acall_finished = sync_to_async(call_finished, thread_sensitive=False)
+acall_denied = sync_to_async(call_denied, thread_sensitive=False)
+aevent = sync_to_async(event, thread_sensitive=False)

@@ -1,0 +1,66 @@
+"""What the server does around its life: register its instance, finish calls a killed predecessor left open,
+heartbeat and write the audit chain head to the log every minute and at shut-down."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from asgiref.sync import sync_to_async
+from django.db import DatabaseError
+
+from audit.chain import chain_head
+from audit.failures import FailureAggregator
+from audit.instances import heartbeat, mark_stopped, recover_interrupted, register_instance
+from audit.recorder import event
+from mcpserver.instance import INSTANCE_ID
+
+logger = logging.getLogger(__name__)
+TICK_SECONDS = 60.0
+
+
+def log_chain_head() -> None:
+    mac, record_id = chain_head()
+    # Kept outside the database: deleting the newest records is detectable against these lines.
+    logger.info("audit chain head: record %d mac %s", record_id, mac)
+
+
+def flush_failures(failures: FailureAggregator) -> None:
+    for address, count, reasons in failures.drain():
+        if count:
+            event("auth.failed", instance_id=INSTANCE_ID, client_address=address, count=count, reasons=reasons, aggregated=True)
+
+
+class ServerLifecycle:
+    def __init__(self, failures: FailureAggregator) -> None:
+        self.failures = failures
+        self._ticker: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await sync_to_async(register_instance, thread_sensitive=False)(INSTANCE_ID)
+        await sync_to_async(recover_interrupted, thread_sensitive=False)(INSTANCE_ID)
+        await sync_to_async(log_chain_head, thread_sensitive=False)()
+        self._ticker = asyncio.get_running_loop().create_task(self._tick())
+
+    async def stop(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+        await sync_to_async(self._final, thread_sensitive=False)()
+
+    def _final(self) -> None:
+        flush_failures(self.failures)
+        mark_stopped(INSTANCE_ID)
+        log_chain_head()
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_SECONDS)
+            try:
+                await sync_to_async(self._every_minute, thread_sensitive=False)()
+            except DatabaseError:
+                logger.exception("audit housekeeping failed; retrying in a minute")
+
+    def _every_minute(self) -> None:
+        heartbeat(INSTANCE_ID)
+        flush_failures(self.failures)
+        log_chain_head()
