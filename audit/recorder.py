@@ -34,6 +34,18 @@ class Actor:
     protocol_version: str = ""
 
 
+def request_actor(request: Any) -> Actor:
+    """An admin acting in the browser (a Django HttpRequest with an authenticated user)."""
+    user = request.user
+    return Actor(
+        user_id=user.pk,
+        username=user.get_username(),
+        credential_kind="session",
+        client_address=request.META.get("REMOTE_ADDR", "") or "",
+        user_agent=request.META.get("HTTP_USER_AGENT", "")[:300],
+    )
+
+
 def _base(kind: str, actor: Actor | None, instance_id: str) -> AuditRecord:
     fields = asdict(actor) if actor else {}
     fields["user_agent"] = fields.get("user_agent", "")[:300]
@@ -90,9 +102,9 @@ def call_denied(actor: Actor, tool: str, arguments: dict[str, Any], reason: str,
     return call_finished(started, OUTCOME_DENIED, result_text=reason, reason=reason, duration_ms=0)
 
 
-def event(name: str, actor: Actor | None = None, instance_id: str = "", **detail: Any) -> AuditRecord:
+def event(event_name: str, actor: Actor | None = None, /, *, instance_id: str = "", **detail: Any) -> AuditRecord:
     record = _base(KIND_EVENT, actor, instance_id)
-    record.event = name
+    record.event = event_name
     record.detail = detail or None
     return append(record)
 

@@ -13,7 +13,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from audit.failures import FailureAggregator
-from audit.recorder import acall_denied, aevent
+from audit.recorder import Actor, acall_denied, aevent
 from mcpserver.call import principal_actor
 from mcpserver.instance import INSTANCE_ID
 from mcpserver.limits import RateLimiter
@@ -97,7 +97,7 @@ class BearerAuthMiddleware:
     async def record_failure(self, address: str, reason: str) -> None:
         if self.failures.note(address, reason):
             try:
-                await aevent("auth.failed", client_address=address, instance_id=INSTANCE_ID, reason=reason)
+                await aevent("auth.failed", Actor(client_address=address), instance_id=INSTANCE_ID, reason=reason)
             except DatabaseError:
                 logger.exception("could not record a failed authentication")
 

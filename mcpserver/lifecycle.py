@@ -12,7 +12,7 @@ from django.db import DatabaseError
 from audit.chain import chain_head
 from audit.failures import FailureAggregator
 from audit.instances import heartbeat, mark_stopped, recover_interrupted, register_instance
-from audit.recorder import event
+from audit.recorder import Actor, event
 from mcpserver.instance import INSTANCE_ID
 
 logger = logging.getLogger(__name__)
@@ -28,7 +28,8 @@ def log_chain_head() -> None:
 def flush_failures(failures: FailureAggregator) -> None:
     for address, count, reasons in failures.drain():
         if count:
-            event("auth.failed", instance_id=INSTANCE_ID, client_address=address, count=count, reasons=reasons, aggregated=True)
+            actor = Actor(client_address=address)
+            event("auth.failed", actor, instance_id=INSTANCE_ID, count=count, reasons=reasons, aggregated=True)
 
 
 class ServerLifecycle:

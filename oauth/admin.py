@@ -10,9 +10,9 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
-from django.utils import timezone
-
+from audit.recorder import request_actor
 from oauth.models import BearerToken, new_token_secret
+from oauth.tokens import revoke_tokens, save_new_token
 
 NEW_SECRET_ATTRIBUTE = "_sandstorm_new_token_secret"
 
@@ -45,11 +45,13 @@ class BearerTokenAdmin(admin.ModelAdmin):
         return "active" if obj.is_active else "expired"
 
     def save_model(self, request: HttpRequest, obj: BearerToken, form: Any, change: bool) -> None:
-        if not change:
-            raw = new_token_secret()
-            obj.set_secret(raw)
-            setattr(request, NEW_SECRET_ATTRIBUTE, raw)  # lives only for this response, never in the session
-        super().save_model(request, obj, form, change)
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        raw = new_token_secret()
+        obj.set_secret(raw)
+        setattr(request, NEW_SECRET_ATTRIBUTE, raw)  # lives only for this response, never in the session
+        save_new_token(obj, request_actor(request))
 
     def response_add(self, request: HttpRequest, obj: BearerToken, post_url_continue: str | None = None) -> HttpResponse:
         raw = getattr(request, NEW_SECRET_ATTRIBUTE, None)
@@ -62,5 +64,5 @@ class BearerTokenAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke selected tokens")
     def revoke(self, request: HttpRequest, queryset: QuerySet[BearerToken]) -> None:
-        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        count = revoke_tokens(queryset, request_actor(request))
         self.message_user(request, f"Revoked {count} token(s). Agents using them are refused from their next request.", messages.SUCCESS)

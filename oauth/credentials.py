@@ -9,6 +9,7 @@ from asgiref.sync import sync_to_async
 from django.db.models import F
 from django.utils import timezone
 
+from audit.recorder import Actor, event
 from oauth.models import LAST_USED_PRECISION, SCOPE_ALL, SCOPE_READ, BearerToken, hash_token
 
 MCP_SCOPES = frozenset({SCOPE_ALL, SCOPE_READ})
@@ -42,7 +43,7 @@ class Principal:
         return " ".join(sorted(self.scopes))
 
 
-def _lookup_bearer(raw: str) -> BearerToken | None:
+def _lookup_bearer(raw: str, client_address: str = "") -> BearerToken | None:
     digest = hash_token(raw)
     token = BearerToken.objects.select_related("user").filter(token_hash=digest).first()
     # The lookup is by an index on the hash; compare again in constant time so no timing depends on the secret.
@@ -51,9 +52,13 @@ def _lookup_bearer(raw: str) -> BearerToken | None:
     if not token.is_active or not token.user.is_active:
         return None
     now = timezone.now()
-    if token.last_used_at is None or now - token.last_used_at > LAST_USED_PRECISION:
+    if token.last_used_at is None:
+        # Only one request wins the first use, however many arrive at once.
+        if BearerToken.objects.filter(pk=token.pk, last_used_at__isnull=True).update(last_used_at=now):
+            event("token.first_used", Actor(client_address=client_address), token_id=token.pk, name=token.name, prefix=token.prefix)
+    elif now - token.last_used_at > LAST_USED_PRECISION:
         BearerToken.objects.filter(pk=token.pk).update(last_used_at=now)
-        token.last_used_at = now
+    token.last_used_at = now
     return token
 
 
@@ -61,7 +66,7 @@ async def authenticate_bearer(raw: str, *, client_address: str = "", user_agent:
     """The principal for an admin-issued bearer token, or None if it is unknown, revoked or expired."""
     if not raw or len(raw) > 512:
         return None
-    token = await sync_to_async(_lookup_bearer, thread_sensitive=False)(raw)
+    token = await sync_to_async(_lookup_bearer, thread_sensitive=False)(raw, client_address)
     if token is None:
         return None
     scopes = token.scopes & MCP_SCOPES

@@ -2,26 +2,58 @@
 
 from __future__ import annotations
 
+import getpass
 from datetime import timedelta
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
+from audit.recorder import Actor, event
 from oauth.models import SCOPE_ALL, BearerToken, hash_token, new_token_secret
 
 BOOTSTRAP_NAME = "bootstrap"
 
 
-def issue_token(user: AbstractBaseUser, name: str, *, scope: str = SCOPE_ALL, expires_days: int | None = None) -> tuple[BearerToken, str]:
+def token_detail(token: BearerToken) -> dict[str, object]:
+    return {"token_id": token.pk, "name": token.name, "prefix": token.prefix, "owner": token.user.get_username(), "scope": token.scope}
+
+
+def issue_token(
+    user: AbstractBaseUser, name: str, *, scope: str = SCOPE_ALL, expires_days: int | None = None, by: Actor | None = None
+) -> tuple[BearerToken, str]:
     """Create a token and return it with its secret, which is not stored and cannot be shown again."""
     raw = new_token_secret()
     token = BearerToken(name=name, user=user, scope=scope)
     if expires_days is not None:
         token.expires_at = timezone.now() + timedelta(days=expires_days)
     token.set_secret(raw)
-    token.save()
+    save_new_token(token, by)
     return token, raw
+
+
+def save_new_token(token: BearerToken, by: Actor | None) -> None:
+    """Save a new token and record its creation in the audit log, in one transaction."""
+    with transaction.atomic():
+        token.save()
+        event("token.created", by, **token_detail(token))
+
+
+def revoke_tokens(tokens: QuerySet[BearerToken], by: Actor | None) -> int:
+    """Revoke the active tokens among `tokens`, recording each. Returns how many were revoked."""
+    now = timezone.now()
+    with transaction.atomic():
+        active = list(tokens.filter(revoked_at__isnull=True).select_related("user"))
+        BearerToken.objects.filter(pk__in=[token.pk for token in active]).update(revoked_at=now)
+        for token in active:
+            event("token.revoked", by, **token_detail(token))
+    return len(active)
+
+
+def shell_actor() -> Actor:
+    """Who ran a management command: the OS user, as far as the audit log can tell."""
+    return Actor(username=getpass.getuser(), credential_kind="shell")
 
 
 def import_bootstrap_token(user: AbstractBaseUser, raw: str) -> bool:
@@ -36,8 +68,7 @@ def import_bootstrap_token(user: AbstractBaseUser, raw: str) -> bool:
     token = BearerToken(name=BOOTSTRAP_NAME, user=user, scope=SCOPE_ALL)
     token.set_secret(raw)
     try:
-        with transaction.atomic():
-            token.save()
+        save_new_token(token, shell_actor())
     except IntegrityError:  # another process imported it at the same moment
         return False
     return True

@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from oauth.models import BearerToken
-from oauth.tokens import import_bootstrap_token, issue_token
+from oauth.tokens import import_bootstrap_token, issue_token, shell_actor
 
 ADMIN_USERNAME = "admin"
 
@@ -54,7 +54,7 @@ class Command(BaseCommand):
             return None
         if BearerToken.objects.exists():
             return None
-        return issue_token(admin, "first-run")[1]
+        return issue_token(admin, "first-run", by=shell_actor())[1]
 
     def report(self, password: str | None, token: str | None) -> None:
         write = self.stdout.write

@@ -4,9 +4,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Q
-from django.utils import timezone
-
 from oauth.models import BearerToken
+from oauth.tokens import revoke_tokens, shell_actor
 
 
 class Command(BaseCommand):
@@ -23,5 +22,5 @@ class Command(BaseCommand):
         tokens = BearerToken.objects.filter(match)
         if not tokens.exists():
             raise CommandError(f"no token matches {key!r}")
-        count = tokens.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        count = revoke_tokens(tokens, shell_actor())
         self.stdout.write(f"Revoked {count} token(s) matching {key!r}.")
