@@ -22,3 +22,66 @@ def live_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-un
 
     with running_server(tmp_path_factory.mktemp("live")) as server:
         yield server
+
+
+# --- the tool tests (tests/test_tools_*_live.py) ---------------------------------------------------------------------
+
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import uuid  # noqa: E402
+from collections.abc import AsyncIterator  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import TYPE_CHECKING  # noqa: E402
+
+if TYPE_CHECKING:
+    from mcp import Client
+
+    from tests.live import LiveServer
+
+GIT_IDENTITY = {
+    "GIT_AUTHOR_NAME": "Sandstorm Test",
+    "GIT_AUTHOR_EMAIL": "test@sandstorm.invalid",
+    "GIT_COMMITTER_NAME": "Sandstorm Test",
+    "GIT_COMMITTER_EMAIL": "test@sandstorm.invalid",
+}
+
+
+@pytest.fixture(scope="module")
+def tool_token(live_server: LiveServer) -> str:
+    """A full-scope token of this test module's own, so its calls have their own rate-limit window and call slots."""
+    return live_server.create_token(f"tools-{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture
+async def tools_client(live_server: LiveServer, tool_token: str, anyio_backend: str) -> AsyncIterator[Client]:
+    """The official SDK client, connected to the shared live server with `tool_token`."""
+    from tests.live import mcp_client
+
+    async with mcp_client(live_server.mcp_url, tool_token) as client:
+        yield client
+
+
+@pytest.fixture
+def workspace_dir(live_server: LiveServer) -> Path:
+    """A fresh directory in the live server's workspace, for this test alone (the server is shared)."""
+    path = live_server.workspace / f"t-{uuid.uuid4().hex[:12]}"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def git_env() -> dict[str, str]:
+    """The environment for git commands a test runs itself: CI has no git identity."""
+    return {**os.environ, **GIT_IDENTITY}
+
+
+@pytest.fixture
+def bare_remote(tmp_path: Path, git_env: dict[str, str]) -> Path:
+    """A bare repository outside the workspace whose `main` holds one commit (README.md, "Initial commit")."""
+    seed, bare = tmp_path / "seed", tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "-b", "main", str(seed)], check=True, env=git_env)
+    (seed / "README.md").write_text("seed\n")
+    subprocess.run(["git", "add", "README.md"], cwd=seed, check=True, env=git_env)
+    subprocess.run(["git", "commit", "-q", "-m", "Initial commit"], cwd=seed, check=True, env=git_env)
+    subprocess.run(["git", "clone", "-q", "--bare", str(seed), str(bare)], check=True, env=git_env)
+    return bare
