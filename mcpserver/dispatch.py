@@ -20,6 +20,7 @@ from audit.models import OUTCOME_CANCELLED, OUTCOME_ERROR, OUTCOME_OK, OUTCOME_T
 from audit.recorder import Actor, acall_denied, acall_finished, acall_started
 from mcpserver.call import ToolCall, actor_for, mark_dispatched, principal_from_request
 from mcpserver.executor.interface import ToolFailure
+from mcpserver.inflight import IN_FLIGHT
 from mcpserver.instance import INSTANCE_ID
 from mcpserver.registry import ToolSpec
 from mcpserver.results import ToolResult, render
@@ -55,10 +56,16 @@ async def dispatch(spec: ToolSpec, context: Context[Any, Any], arguments: dict[s
         limit = runtime.concurrency.limit
         reason = f"Error: this credential already has {limit} tool calls running (the limit); wait for one to finish"
         return await deny(actor, spec, arguments, runtime, reason)
+    call = ToolCall(spec.name, principal, runtime.executor, runtime.result_cap, context)
+    # A scope of its own, so the call can be cancelled from outside its request (disconnect, revocation).
+    cancel_scope = anyio.CancelScope()
+    token = IN_FLIGHT.register(principal.key, actor.session_id, str(context.request_id), cancel_scope)
+    result = ToolResult.error("Error: the call was cancelled (client disconnected or credential revoked)")
     try:
-        call = ToolCall(spec.name, principal, runtime.executor, runtime.result_cap, context)
-        result = await run_audited(spec, call, actor, arguments)
+        with cancel_scope:
+            result = await run_audited(spec, call, actor, arguments)
     finally:
+        IN_FLIGHT.unregister(token)
         runtime.concurrency.release(principal.key)
     return render(result, runtime.result_cap)
 
@@ -96,13 +103,18 @@ def outcome_of(result: ToolResult) -> str:
 
 
 async def _finish(started: AuditRecord, outcome: str, result: ToolResult, began: float) -> None:
+    duration_ms = int((time.monotonic() - began) * 1000)
+    # One log line per call: who, what and how it ended, never its arguments or result (they may hold secrets).
+    credential = f"{started.credential_kind}:{started.credential_id} {started.credential_name}".strip()
+    fields = {"call_id": started.call_id, "tool": started.tool, "user": started.username, "credential": credential}
+    logger.info("tool call %s %s", started.tool, outcome, extra={**fields, "outcome": outcome, "duration_ms": duration_ms})
     try:
         await acall_finished(
             started,
             outcome,
             result_text=result.text,
             exit_code=result.exit_code,
-            duration_ms=int((time.monotonic() - began) * 1000),
+            duration_ms=duration_ms,
             instance_id=INSTANCE_ID,
         )
     except DatabaseError:

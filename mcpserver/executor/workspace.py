@@ -156,7 +156,11 @@ class WorkspaceOps:
             manager = choose_manager(self.workspace.root, shutil.which("npm", path=path) is not None)
         argv, env = install_command(manager, packages, self.env)
         if manager in ("apt", "dnf") and shutil.which("sudo", path=path) is None:
-            raise _sudo_refused(manager)
+            raise ToolFailure(
+                f"Error: installing with {manager} needs root through `sudo -n`, and sudo is not installed on this "
+                "host. An administrator must install sudo and grant the agent's user a rule for the package manager, "
+                "or install the packages themselves."
+            )
         if shutil.which(MANAGER_BINARIES[manager], path=path) is None:
             raise ToolFailure(f"Error: {manager} is not installed")
         result = await run_process(

@@ -1,0 +1,53 @@
+"""The tool calls running in this process, each in a cancel scope of its own, so that a call can be cancelled from
+outside its request: when its client hangs up (by MCP session and JSON-RPC request id), or when its credential is
+revoked (by principal key, for calls started before the revocation)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import anyio
+from django.utils import timezone
+
+
+@dataclass(eq=False)
+class InFlightCall:
+    key: str  # the principal's key (credential)
+    session_id: str
+    request_id: str
+    scope: anyio.CancelScope
+    started_at: datetime = field(default_factory=timezone.now)
+
+
+class InFlightCalls:
+    """Registry of running calls. Used on the event loop's thread only (hand calls over with call_soon_threadsafe)."""
+
+    def __init__(self) -> None:
+        self._calls: set[InFlightCall] = set()
+
+    def register(self, key: str, session_id: str, request_id: str, scope: anyio.CancelScope) -> InFlightCall:
+        call = InFlightCall(key, session_id, request_id, scope)
+        self._calls.add(call)
+        return call
+
+    def unregister(self, call: InFlightCall) -> None:
+        self._calls.discard(call)
+
+    def cancel_request(self, session_id: str, request_ids: set[str]) -> int:
+        """Cancel the calls of these JSON-RPC requests of one MCP session. Returns how many."""
+        return self._cancel(lambda call: call.session_id == session_id and call.request_id in request_ids)
+
+    def cancel_credentials(self, covers: Callable[[str], bool], started_before: datetime) -> int:
+        """Cancel the calls of revoked credentials (`covers(key)`) that started before the revocation."""
+        return self._cancel(lambda call: call.started_at < started_before and covers(call.key))
+
+    def _cancel(self, chosen: Callable[[InFlightCall], bool]) -> int:
+        calls = [call for call in self._calls if chosen(call)]
+        for call in calls:
+            call.scope.cancel()
+        return len(calls)
+
+
+IN_FLIGHT = InFlightCalls()
