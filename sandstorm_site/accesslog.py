@@ -33,6 +33,19 @@ class AccessLogMiddleware:
         try:
             await self.app(scope, receive, watch)
         finally:
-            client = scope.get("client") or ("-", 0)
-            elapsed_ms = (time.monotonic() - started) * 1000
-            logger.info('%s "%s %s" %s %s %.1fms', client[0], scope["method"], scope["path"], status or "-", sent, elapsed_ms)
+            log_request(scope, status, sent, (time.monotonic() - started) * 1000)
+
+
+def log_request(scope: Scope, status: int, sent: int, elapsed_ms: float) -> None:
+    """One line per request. `path` is the ASGI path, which never holds the query string; that is never logged."""
+    client = scope.get("client")
+    fields = {
+        "method": scope["method"],
+        "path": scope["path"],
+        "status": status or None,
+        "duration_ms": round(elapsed_ms, 1),
+        "client": client[0] if client else None,
+        "bytes": sent,
+    }
+    msg = f'{fields["client"] or "-"} "{fields["method"]} {fields["path"]}" {status or "-"} {sent} {elapsed_ms:.1f}ms'
+    logger.info(msg, extra=fields)

@@ -1,0 +1,92 @@
+"""`manage.py backup PATH`: a consistent copy of the SQLite database, safe while the server runs."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+# All pages in one step: the step reads one snapshot (WAL readers never block the server's writers), while small
+# steps would restart from the beginning each time another connection writes, which a busy server does constantly.
+ALL_PAGES = -1
+
+
+class Command(BaseCommand):
+    help = (
+        "Write a consistent copy of the SQLite database to PATH (mode 0600) with SQLite's online backup API, "
+        "safe while the server runs. Refuses to overwrite PATH unless --force. The copy holds the audit log; "
+        "the state dir's secret_key and audit_key files are needed beside it to use and verify it."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("path", help="where to write the copy (a file; its directory must exist)")
+        parser.add_argument("--force", action="store_true", help="replace PATH if it exists")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        source = sqlite_database()
+        target = Path(options["path"]).expanduser().absolute()
+        if target.exists() and not options["force"]:
+            raise CommandError(f"{target} exists; pass --force to replace it")
+        if not target.parent.is_dir():
+            raise CommandError(f"the directory {target.parent} does not exist")
+        if target.resolve() == source.resolve():
+            raise CommandError("PATH is the live database itself")
+        began = time.monotonic()
+        pages = copy_database(source, target)
+        size = target.stat().st_size
+        took = time.monotonic() - began
+        self.stdout.write(f"Backed up {source} to {target}: {pages} pages, {size} bytes, in {took:.1f}s.")
+
+
+def sqlite_database() -> Path:
+    database = settings.DATABASES["default"]
+    if database["ENGINE"] != "django.db.backends.sqlite3":
+        raise CommandError(
+            "backup supports the SQLite database only; for PostgreSQL (DATABASE_URL) use pg_dump, "
+            "e.g. pg_dump --format=custom --file=sandstorm.dump \"$DATABASE_URL\""
+        )
+    path = Path(database["NAME"])
+    if not path.exists():
+        raise CommandError(f"the database {path} does not exist yet (run manage.py migrate first)")
+    return path
+
+
+def copy_database(source: Path, target: Path) -> int:
+    """Copy `source` into a new 0600 file beside `target`, check it, then rename it over `target` atomically.
+
+    The rename means a failed or interrupted backup never leaves a half-written file where the last good copy was.
+    """
+    fd, partial_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
+    os.close(fd)  # mkstemp creates it 0600; SQLite writes into it (an empty file is a valid empty database)
+    partial = Path(partial_name)
+    try:
+        pages = _backup(source, partial)
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
+    return pages
+
+
+def _backup(source: Path, partial: Path) -> int:
+    # Read-only, so a backup can never change the live database; the busy timeout waits out the server's writers.
+    reader = sqlite3.connect(f"{source.as_uri()}?mode=ro", uri=True, timeout=30)
+    writer = sqlite3.connect(partial)
+    try:
+        reader.backup(writer, pages=ALL_PAGES)
+        # The copy is a plain rollback-journal database: it needs no -wal/-shm files beside it.
+        writer.execute("PRAGMA journal_mode=DELETE")
+        verdict = writer.execute("PRAGMA quick_check").fetchone()[0]
+        if verdict != "ok":
+            raise CommandError(f"the copy failed SQLite's quick_check: {verdict}")
+        return int(writer.execute("PRAGMA page_count").fetchone()[0])
+    except sqlite3.Error as error:
+        raise CommandError(f"backup failed: {error}") from None
+    finally:
+        writer.close()
+        reader.close()
