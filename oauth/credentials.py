@@ -1,18 +1,44 @@
-"""Turn the credential presented at /mcp into a principal: who is calling, with what, allowed to do what."""
+"""Turn the credential presented at /mcp into a principal: who is calling, with what, allowed to do what.
+
+Two kinds of credential reach /mcp: admin-issued bearer tokens (`sst_…`) and OAuth access tokens issued by this
+server's authorization server. An OAuth access token is accepted only if it is unexpired and unrevoked, belongs
+to a user and an application, is bound to exactly our resource (`<public url>/mcp`) and carries `mcp` or
+`mcp:read`. Registration tokens and tokens without our resource are refused like unknown tokens (401); a valid
+token for our resource without an MCP scope raises InsufficientScope (403 at the endpoint).
+"""
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from dataclasses import dataclass, field
 
 from asgiref.sync import sync_to_async
-from django.db.models import F
+from django.conf import settings
 from django.utils import timezone
+from oauth2_provider.models import AccessToken
 
 from audit.recorder import Actor, event
 from oauth.models import LAST_USED_PRECISION, SCOPE_ALL, SCOPE_READ, BearerToken, hash_token
 
 MCP_SCOPES = frozenset({SCOPE_ALL, SCOPE_READ})
+KIND_BEARER = "bearer"
+KIND_OAUTH = "oauth"
+MAX_TOKEN_LENGTH = 512
+
+
+class InsufficientScope(Exception):
+    """A valid OAuth access token for our resource that carries neither `mcp` nor `mcp:read`."""
+
+
+def bearer_key(token_id: int) -> str:
+    return f"{KIND_BEARER}:{token_id}"
+
+
+def oauth_key(application_id: int, user_id: int) -> str:
+    # Per application and user, not per access token: a client refreshing its token keeps its MCP session, its
+    # rate-limit window and its running calls.
+    return f"{KIND_OAUTH}:{application_id}:{user_id}"
 
 
 @dataclass(frozen=True)
@@ -27,11 +53,14 @@ class Principal:
     scopes: frozenset[str]
     client_address: str = ""
     user_agent: str = ""
+    application_id: int | None = None  # the OAuth application, for "oauth" principals
     extra: dict[str, str] = field(default_factory=dict, compare=False)
 
     @property
     def key(self) -> str:
-        """Stable id of the credential, for rate limits and session ownership."""
+        """Stable id of the credential, for rate limits, session ownership and cancellation on revocation."""
+        if self.credential_kind == KIND_OAUTH and self.application_id is not None:
+            return oauth_key(self.application_id, self.user_id)
         return f"{self.credential_kind}:{self.credential_id}"
 
     @property
@@ -62,23 +91,73 @@ def _lookup_bearer(raw: str, client_address: str = "") -> BearerToken | None:
     return token
 
 
-async def authenticate_bearer(raw: str, *, client_address: str = "", user_agent: str = "") -> Principal | None:
-    """The principal for an admin-issued bearer token, or None if it is unknown, revoked or expired."""
-    if not raw or len(raw) > 512:
+def _lookup_oauth(raw: str) -> AccessToken | None:
+    """The access token for `raw` if it may be used at /mcp at all (scope aside), else None."""
+    checksum = hashlib.sha256(raw.encode("utf-8")).hexdigest()
+    token = AccessToken.objects.select_related("user", "application").filter(token_checksum=checksum).first()
+    if token is None or not hmac.compare_digest(token.token_checksum, checksum) or token.is_expired():
         return None
-    token = await sync_to_async(_lookup_bearer, thread_sensitive=False)(raw, client_address)
+    # No user: a client_credentials or registration token. No application: an introspection cache row.
+    if token.user is None or not token.user.is_active or token.application is None:
+        return None
+    # Exactly our resource, compared as strings: the toolkit's own check matches by prefix and lets tokens
+    # without a resource through.
+    if token.resource != [settings.MCP_RESOURCE_URL]:
+        return None
+    return token
+
+
+def application_label(name: str, client_id: str) -> str:
+    """How the audit log names an OAuth client: its (self-chosen) name and its client id."""
+    return f"{name or 'unnamed client'} (client {client_id})"[:200]
+
+
+def _principal_for(raw: str, client_address: str, user_agent: str) -> Principal | None:
+    bearer = _lookup_bearer(raw, client_address)
+    if bearer is not None:
+        scopes = bearer.scopes & MCP_SCOPES
+        if not scopes:
+            return None
+        return Principal(
+            user_id=bearer.user_id,
+            username=bearer.user.get_username(),
+            credential_kind=KIND_BEARER,
+            credential_id=bearer.pk,
+            credential_name=bearer.name,
+            scopes=frozenset(scopes),
+            client_address=client_address,
+            user_agent=user_agent,
+        )
+    token = _lookup_oauth(raw)
     if token is None:
         return None
-    scopes = token.scopes & MCP_SCOPES
+    scopes = frozenset(token.scope.split()) & MCP_SCOPES
     if not scopes:
-        return None
+        raise InsufficientScope()
+    application = token.application
+    assert application is not None and token.user is not None  # checked by _lookup_oauth
     return Principal(
-        user_id=token.user_id,
+        user_id=token.user.pk,
         username=token.user.get_username(),
-        credential_kind="bearer",
+        credential_kind=KIND_OAUTH,
         credential_id=token.pk,
-        credential_name=token.name,
-        scopes=frozenset(scopes),
+        credential_name=application_label(application.name, application.client_id),
+        scopes=scopes,
         client_address=client_address,
         user_agent=user_agent,
+        application_id=application.pk,
     )
+
+
+async def authenticate(raw: str, *, client_address: str = "", user_agent: str = "") -> Principal | None:
+    """The principal for a bearer or OAuth access token, or None if it is unknown, revoked, expired or not for us.
+
+    Raises InsufficientScope for an OAuth token that is valid for our resource but carries no MCP scope.
+    """
+    if not raw or len(raw) > MAX_TOKEN_LENGTH:
+        return None
+    return await sync_to_async(_principal_for, thread_sensitive=False)(raw, client_address, user_agent)
+
+
+# The name /mcp used before OAuth tokens were accepted; bearer tokens resolve exactly as before.
+authenticate_bearer = authenticate

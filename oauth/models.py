@@ -9,6 +9,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
+from oauth2_provider.settings import oauth2_settings
 
 TOKEN_PREFIX = "sst_"
 SCOPE_ALL = "mcp"
@@ -68,3 +69,106 @@ class BearerToken(models.Model):
     @property
     def scopes(self) -> frozenset[str]:
         return frozenset(self.scope.split())
+
+
+class ClientRegistration(models.Model):
+    """How a self-registered OAuth client came to be (DCR or CIMD), from where, and when it last got a token.
+
+    The toolkit's Application row knows none of this; the consent page warns about clients registered minutes ago,
+    registrations are rate-limited per address, and `prune_clients` removes clients that never got a token.
+    """
+
+    SOURCE_DCR = "dcr"
+    SOURCE_CIMD = "cimd"
+
+    application = models.OneToOneField(
+        oauth2_settings.APPLICATION_MODEL, on_delete=models.CASCADE, related_name="sandstorm_registration"
+    )
+    source = models.CharField(max_length=8, choices=[(SOURCE_DCR, "dynamic registration"), (SOURCE_CIMD, "metadata document")])
+    client_address = models.CharField(max_length=64, blank=True)
+    user_agent = models.CharField(max_length=300, blank=True)
+    registered_at = models.DateTimeField(default=timezone.now)
+    last_token_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["client_address", "registered_at"], name="oauth_reg_address_time")]
+
+    def __str__(self) -> str:
+        return f"registration of {self.application_id} from {self.client_address or 'unknown address'}"
+
+
+class CodeExchange(models.Model):
+    """Which tokens an authorization code was exchanged for: the link the toolkit drops when it deletes a used code,
+    kept so that a replayed code revokes what it produced (RFC 6749 section 4.1.2)."""
+
+    code_hash = models.CharField(max_length=64, unique=True)
+    application = models.ForeignKey(oauth2_settings.APPLICATION_MODEL, on_delete=models.CASCADE, related_name="+")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, null=True, related_name="+")
+    token_family = models.UUIDField(null=True, blank=True)
+    access_token_id = models.BigIntegerField(null=True, blank=True)
+    exchanged_at = models.DateTimeField(default=timezone.now)
+    replayed_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"code exchange {self.pk}"
+
+
+class Revocation(models.Model):
+    """Credentials revoked at one moment, by principal key (`bearer:<id>`, `oauth:<application>:<user>`) or, for a
+    rotation, by key prefix.
+
+    Tool calls started before this moment by those keys are cancelled and, if asked, background processes they
+    started are stopped.
+    The row is how the server learns about a revocation made by another process (`manage.py rotate_tokens`).
+    """
+
+    REASON_ROTATION = "rotation"
+    REASON_BEARER = "bearer"
+    REASON_CLIENT = "client"
+    REASON_TOKEN = "token"
+    REASON_CODE_REPLAY = "code_replay"
+    REASON_REFRESH_REUSE = "refresh_reuse"
+
+    created_at = models.DateTimeField(default=timezone.now)
+    reason = models.CharField(max_length=16)
+    keys = models.JSONField(default=list, help_text="principal keys whose running calls are cancelled")
+    prefixes = models.JSONField(default=list, help_text="key prefixes revoked as a whole ('oauth:', 'bearer:')")
+    stop_background = models.BooleanField(default=False)
+    username = models.CharField(max_length=150, blank=True, help_text="who revoked")
+
+    class Meta:
+        ordering = ["-id"]
+        verbose_name = "credential revocation"
+
+    def __str__(self) -> str:
+        what = ", ".join(f"all {prefix.rstrip(':')}" for prefix in self.prefixes) or f"{len(self.keys)} credential(s)"
+        return f"{self.reason} at {self.created_at:%Y-%m-%d %H:%M:%S} ({what})"
+
+    def covers(self, key: str) -> bool:
+        return key in self.keys or any(key.startswith(prefix) for prefix in self.prefixes)
+
+
+class CredentialRotation(Revocation):
+    """The admin's "Rotate all credentials" page (and its history), listed on the admin index under Credentials."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "credential rotation"
+        verbose_name_plural = "Rotate all credentials"
+
+
+class LoginFailure(models.Model):
+    """A failed admin login, counted to throttle guessing per address and per username."""
+
+    client_address = models.CharField(max_length=64, blank=True)
+    username = models.CharField(max_length=150, blank=True)
+    failed_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["client_address", "failed_at"], name="oauth_loginfail_address"),
+            models.Index(fields=["username", "failed_at"], name="oauth_loginfail_username"),
+        ]
+
+    def __str__(self) -> str:
+        return f"failed login {self.username!r} from {self.client_address}"

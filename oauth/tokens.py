@@ -11,7 +11,9 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from audit.recorder import Actor, event
-from oauth.models import SCOPE_ALL, BearerToken, hash_token, new_token_secret
+from oauth.credentials import bearer_key
+from oauth.models import SCOPE_ALL, BearerToken, Revocation, hash_token, new_token_secret
+from oauth.revocation import announce
 
 BOOTSTRAP_NAME = "bootstrap"
 
@@ -41,13 +43,15 @@ def save_new_token(token: BearerToken, by: Actor | None) -> None:
 
 
 def revoke_tokens(tokens: QuerySet[BearerToken], by: Actor | None) -> int:
-    """Revoke the active tokens among `tokens`, recording each. Returns how many were revoked."""
+    """Revoke the active tokens among `tokens`, recording each and cancelling their running tool calls.
+    Returns how many were revoked."""
     now = timezone.now()
     with transaction.atomic():
         active = list(tokens.filter(revoked_at__isnull=True).select_related("user"))
         BearerToken.objects.filter(pk__in=[token.pk for token in active]).update(revoked_at=now)
         for token in active:
             event("token.revoked", by, **token_detail(token))
+        announce([bearer_key(token.pk) for token in active], reason=Revocation.REASON_BEARER, by=by)
     return len(active)
 
 

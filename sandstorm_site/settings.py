@@ -47,6 +47,8 @@ RESULT_CAP_BYTES = env_int("SANDSTORM_RESULT_CAP", 262144, minimum=4096, maximum
 MAX_REQUEST_BYTES = env_int("SANDSTORM_MAX_REQUEST_BYTES", 4194304, minimum=65536)
 AUDIT_EXCERPT_BYTES = env_int("SANDSTORM_AUDIT_EXCERPT", 8192, minimum=256)
 ACCESS_TOKEN_TTL = env_int("SANDSTORM_ACCESS_TOKEN_TTL", 3600, minimum=60)
+# Anonymous dynamic client registrations per client address per hour; 0 turns the limit off.
+REGISTRATION_RATE_LIMIT = env_int("SANDSTORM_REGISTRATION_RATE_LIMIT", 20)
 # Variables a tool process may see beyond the fixed clean set (comma-separated names).
 TOOL_ENV_ALLOW = tuple(name for name in env_str("SANDSTORM_TOOL_ENV_ALLOW", "").split(",") if name.strip())
 
@@ -75,6 +77,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    "oauth2_provider",
     "audit",
     "oauth",
     "mcpserver",
@@ -172,4 +175,67 @@ LOGGING = {
         "mcp": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},
     },
+}
+
+# --- OAuth (django-oauth-toolkit) ----------------------------------------------------------------------------------
+# The toolkit's own models (named so that migrations referring to them resolve; they are not swapped).
+OAUTH2_PROVIDER_APPLICATION_MODEL = "oauth2_provider.Application"
+# Every default of the toolkit that is not safe for an MCP server is overridden here, on purpose, and
+# tests/test_oauth_settings.py asserts each value. Policy the toolkit lacks lives in oauth/policy.py.
+OAUTH2_PROVIDER = {
+    "OAUTH2_VALIDATOR_CLASS": "oauth.policy.SandstormValidator",
+    # Scopes: `mcp` allows every tool, `mcp:read` the read-only ones. A client asking for none gets `mcp`.
+    "SCOPES": {"mcp": "every tool", "mcp:read": "read-only tools"},
+    "DEFAULT_SCOPES": ["mcp"],
+    # Only the authorization-code flow (with refresh), advertised as such.
+    "OAUTH2_RESPONSE_TYPES_SUPPORTED": ["code"],
+    "OAUTH2_GRANT_TYPES_SUPPORTED": ["authorization_code", "refresh_token"],
+    "OAUTH2_TOKEN_ENDPOINT_AUTH_METHODS_SUPPORTED": ["none", "client_secret_post", "client_secret_basic"],
+    "COMPLIANT_BCP_RFC9700_IMPLICIT_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_PASSWORD_GRANT": True,
+    # PKCE for every client, S256 only: `plain` and a missing challenge are refused.
+    "PKCE_REQUIRED": True,
+    "COMPLIANT_BCP_RFC9700_PKCE_METHOD": True,
+    "COMPLIANT_BCP_RFC9700_PKCE_REQUIRED": True,
+    # RFC 9207 `iss` in every authorization response, equal byte for byte to the metadata's issuer.
+    "COMPLIANT_BCP_RFC9700_AUTHZ_RESPONSE_ISS": True,
+    "OIDC_ENABLED": False,
+    "OIDC_ISS_ENDPOINT": PUBLIC_URL,
+    # Tokens at rest: only a SHA-256 checksum, never the token; access tokens are bearer-header only.
+    "COMPLIANT_BCP_RFC9700_TOKEN_STORAGE": True,
+    "COMPLIANT_BCP_RFC9700_ACCESS_TOKEN_TRANSPORT": True,
+    # Lifetimes: short access tokens, codes good for one exchange within 60 s, refresh tokens rotated on every
+    # use with reuse protection (replaying an old one revokes its whole family; no grace period), and dropped
+    # after 30 days without use.
+    "ACCESS_TOKEN_EXPIRE_SECONDS": ACCESS_TOKEN_TTL,
+    "AUTHORIZATION_CODE_EXPIRE_SECONDS": 60,
+    "ROTATE_REFRESH_TOKEN": True,
+    "REFRESH_TOKEN_REUSE_PROTECTION": True,
+    "COMPLIANT_BCP_RFC9700_REFRESH_TOKEN": True,
+    "REFRESH_TOKEN_GRACE_PERIOD_SECONDS": 0,
+    "REFRESH_TOKEN_EXPIRE_SECONDS": 30 * 24 * 3600,
+    # Redirect URIs: exact match, no wildcards; `http` is kept only for loopback (Claude Code), which
+    # oauth/policy.py enforces. A loopback redirect (127.0.0.1, [::1], localhost) matches on any port.
+    "ALLOWED_REDIRECT_URI_SCHEMES": ["https", "http"],
+    "COMPLIANT_BCP_RFC9700_REDIRECT_URI_SCHEME": False,  # an Error under check --deploy while http is listed
+    "ALLOW_URI_WILDCARDS": False,
+    "COMPLIANT_BCP_RFC9700_REDIRECT_URI_MATCHING": True,
+    "ALLOW_LOCALHOST_LOOPBACK": True,
+    # Every consent is shown: never skipped because an earlier token exists.
+    "REQUEST_APPROVAL_PROMPT": "force",
+    # Dynamic client registration is open (Claude.ai registers anonymously) but rate-limited per address and
+    # limited to authorization_code + refresh_token by oauth/views/registration.py.
+    "DCR_ENABLED": True,
+    "DCR_REGISTRATION_PERMISSION_CLASSES": ("oauth2_provider.dcr.AllowAllDCRPermission",),
+    "DCR_REGISTRATION_TOKEN_EXPIRE_SECONDS": 30 * 24 * 3600,
+    # Client ID metadata documents, fetched with the toolkit's SSRF-hardened fetcher (https only, public
+    # addresses only, no redirects, small and bounded in time).
+    "CIMD_ENABLED": True,
+    "CIMD_METADATA_FETCHER": "oauth2_provider.cimd.SafeMetadataFetcher",
+    "CIMD_FETCH_TIMEOUT_SECONDS": 5,
+    "CIMD_MAX_DOCUMENT_SIZE": 16 * 1024,
+    # RFC 9728: the protected resource is exactly <public url>/mcp, served by this issuer.
+    "OAUTH2_PROTECTED_RESOURCE_IDENTIFIER": MCP_RESOURCE_URL,
+    "OAUTH2_PROTECTED_RESOURCE_AUTHORIZATION_SERVERS": [PUBLIC_URL],
+    "OAUTH2_PROTECTED_RESOURCE_NAME": "Sandstorm",
 }

@@ -1,0 +1,2 @@
+"""OAuth views, split by protocol concern: consent (authorization endpoint), registration (RFC 7591/7592),
+rotation (the admin's kill switch). Token, revocation and metadata endpoints are the toolkit's own."""

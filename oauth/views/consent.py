@@ -1,0 +1,177 @@
+"""The authorization endpoint's consent page: the toolkit's AuthorizationView with our rules and our page.
+
+- A staff user must be signed in (the admin's login page); the tokens belong to whoever approves.
+- The page is always shown: `approval_prompt=auto` and `skip_authorization` never approve silently.
+- It names the client, the host it redirects to (warning for loopback and for clients registered minutes ago) and
+  the scope in plain words; Approve / Deny; CSRF; `X-Frame-Options: DENY` and a strict Content-Security-Policy.
+- Only `S256` PKCE and only our resource are accepted, refused before the page is shown.
+- Every decision is recorded in the audit log; Deny sends `access_denied` (with `iss`) to the client.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import socket
+from datetime import timedelta
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.utils import timezone
+from oauth2_provider.exceptions import OAuthToolkitError
+from oauth2_provider.models import Application
+from oauth2_provider.views import AuthorizationView
+from oauth2_provider.views.mixins import OAuthLibMixin
+from oauthlib.oauth2.rfc6749 import errors
+
+from audit.recorder import event, request_actor
+from oauth.credentials import application_label
+from oauth.models import SCOPE_ALL, SCOPE_READ, ClientRegistration
+from oauth.policy import resource_target_error
+from oauth.redirects import is_loopback, redirect_host
+
+RECENT_REGISTRATION = timedelta(minutes=10)
+CSP = "default-src 'none'; style-src 'self'; img-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+
+
+def agent_os_user() -> str:
+    """The OS user the tools run as: for now the server's own (the executor runs in-process)."""
+    return pwd.getpwuid(os.geteuid()).pw_name
+
+
+def scope_descriptions(scopes: list[str]) -> list[str]:
+    user, host, workspace = agent_os_user(), socket.gethostname(), settings.WORKSPACE_ROOT
+    if SCOPE_ALL in scopes:
+        return [
+            f"Run any command as {user} on this host ({host}).",
+            f"Read, change and delete any file in the workspace {workspace}, use git there and install packages.",
+        ]
+    if SCOPE_READ in scopes:
+        return [f"Read files, list directories and read git status, diffs and history in the workspace {workspace}, "
+                f"as {user} on this host ({host}). No commands and no changes."]
+    return []
+
+
+def with_issuer(url: str) -> str:
+    """`url` with the RFC 9207 `iss` parameter (the toolkit adds it to successful responses only)."""
+    parts = urlsplit(url)
+    query = [(key, value) for key, value in parse_qsl(parts.query, keep_blank_values=True) if key != "iss"]
+    query.append(("iss", settings.OAUTH2_PROVIDER["OIDC_ISS_ENDPOINT"]))
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
+
+
+class ConsentView(AuthorizationView):
+    template_name = "oauth/consent.html"
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        user = request.user
+        if user.is_authenticated and not (user.is_active and user.is_staff):
+            return self.error_page("access_denied", "Only staff users of this Sandstorm server can approve access.", 403)
+        return super().dispatch(request, *args, **kwargs)
+
+    def get(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        # approval_prompt=auto would skip this page for a client the user approved before: never allowed.
+        if "approval_prompt" in request.GET:
+            request.GET = request.GET.copy()
+            request.GET.pop("approval_prompt")
+        return super().get(request, *args, **kwargs)
+
+    def validate_authorization_request(self, request: HttpRequest) -> tuple[list[str], dict[str, Any]]:
+        scopes, credentials = super().validate_authorization_request(request)
+        state, redirect_uri = credentials.get("state"), credentials["redirect_uri"]
+        if credentials.get("code_challenge_method") != "S256":
+            description = "PKCE with code_challenge_method=S256 is required"
+            raise OAuthToolkitError(errors.InvalidRequestError(description=description, state=state), redirect_uri=redirect_uri)
+        target_error = resource_target_error(request.GET.getlist("resource"), state=state)
+        if target_error is not None:
+            raise OAuthToolkitError(target_error, redirect_uri=redirect_uri)
+        return scopes, credentials
+
+    def create_authorization_response(self, request: HttpRequest, scopes: str, credentials: dict[str, Any], allow: bool) -> Any:
+        if request.method != "POST":
+            # Only the consent form approves (the toolkit would also approve on GET for skip_authorization).
+            raise OAuthToolkitError(errors.ConsentRequired(state=credentials.get("state")), redirect_uri=credentials["redirect_uri"])
+        return super().create_authorization_response(request, scopes, credentials, allow)
+
+    def get_initial(self) -> dict[str, Any]:
+        initial = super().get_initial()
+        initial["resource"] = settings.MCP_RESOURCE_URL  # the only resource; validated above when given
+        return initial
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        application: Application | None = context.get("application")
+        redirect_uri = context.get("redirect_uri") or ""
+        if application is not None:
+            registration = ClientRegistration.objects.filter(application=application).first()
+            registered_at = registration.registered_at if registration else application.created
+            age = timezone.now() - registered_at
+            context.update(
+                client_name=application.name or "(unnamed client)",
+                client_id=application.client_id,
+                registration_source=application.get_registration_source_display(),
+                registered_minutes_ago=int(age.total_seconds() // 60) if age < RECENT_REGISTRATION else None,
+            )
+        context.update(
+            redirect_host=redirect_host(redirect_uri),
+            redirect_is_loopback=is_loopback(redirect_uri),
+            scope_lines=scope_descriptions(context.get("scopes") or []),
+            agent_user=agent_os_user(),
+        )
+        return context
+
+    def render_to_response(self, context: dict[str, Any], **response_kwargs: Any) -> HttpResponse:
+        response = super().render_to_response(context, **response_kwargs)
+        return self.protect(response, context.get("redirect_uri"))
+
+    def protect(self, response: HttpResponse, redirect_uri: str | None = None) -> HttpResponse:
+        # The form posts here and the answer redirects to the client: form-action must allow that origin too.
+        response["Content-Security-Policy"] = CSP + (f" {origin(redirect_uri)}" if redirect_uri else "")
+        response["X-Frame-Options"] = "DENY"
+        response["Cache-Control"] = "no-store"
+        return response
+
+    def error_page(self, error: str, description: str, status: int) -> HttpResponse:
+        context = {"error": error, "description": description}
+        return self.protect(TemplateResponse(self.request, "oauth/error.html", context, status=status))
+
+    def error_response(self, error: OAuthToolkitError, application: Application | None, **kwargs: Any) -> HttpResponse:
+        redirect, response = OAuthLibMixin.error_response(self, error, **kwargs)
+        if redirect:
+            return self.redirect(response["url"], application)
+        oauthlib_error = response["error"]
+        return self.error_page(oauthlib_error.error, oauthlib_error.description, oauthlib_error.status_code)
+
+    def redirect(self, redirect_to: str, application: Application | None) -> HttpResponse:
+        return super().redirect(with_issuer(redirect_to), application)
+
+    def form_invalid(self, form: Any) -> HttpResponse:
+        return self.error_page("invalid_request", "The consent form was incomplete; start again from the client.", 400)
+
+    def form_valid(self, form: Any) -> HttpResponse:
+        client_id = form.cleaned_data["client_id"]
+        application = Application.objects.filter(client_id=client_id).first()
+        if application is None:
+            return self.error_page("invalid_client", "This client is not registered here.", 400)
+        response = super().form_valid(form)
+        location = response.get("Location", "")
+        query = dict(parse_qsl(urlsplit(location).query))
+        event(
+            "oauth.consent",
+            request_actor(self.request),
+            client=application_label(application.name, application.client_id),
+            client_id=application.client_id,
+            scope=form.cleaned_data.get("scope", ""),
+            redirect_host=redirect_host(form.cleaned_data.get("redirect_uri", "")),
+            decision="approved" if form.cleaned_data.get("allow") else "denied",
+            outcome="code issued" if "code" in query else query.get("error", "no redirect"),
+        )
+        return response

@@ -1,0 +1,145 @@
+"""Dynamic client registration (RFC 7591/7592): the toolkit's views with the policy it lacks.
+
+Registration is open (Claude.ai registers anonymously) but limited: so many registrations per client address per
+hour; only the grant types `authorization_code` and `refresh_token` and the response type `code` (the toolkit
+accepts any grant type, so an anonymous `client_credentials` client would get tokens with no user); token endpoint
+auth `none`, `client_secret_post` or `client_secret_basic`; redirect URIs over https, or http to loopback.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils import timezone
+from oauth2_provider.models import Application
+from oauth2_provider.views import DynamicClientRegistrationManagementView, DynamicClientRegistrationView
+
+from audit.recorder import Actor, event
+from oauth.credentials import application_label
+from oauth.models import ClientRegistration
+from oauth.redirects import redirect_uri_refusal
+
+GRANT_TYPES = frozenset({"authorization_code", "refresh_token"})
+RESPONSE_TYPES = frozenset({"code"})
+AUTH_METHODS = ("none", "client_secret_post", "client_secret_basic")
+RATE_WINDOW = timedelta(hours=1)
+
+
+def error(code: str, description: str, status: int = 400) -> JsonResponse:
+    return JsonResponse({"error": code, "error_description": description}, status=status)
+
+
+def _string_list(data: dict[str, Any], name: str, default: list[str]) -> list[str] | None:
+    value = data.get(name, default)
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        return None
+    return value
+
+
+def metadata_refusal(data: dict[str, Any]) -> JsonResponse | None:
+    """Our registration policy on RFC 7591 client metadata: the error response, or None if acceptable."""
+    grant_types = _string_list(data, "grant_types", ["authorization_code"])
+    if grant_types is None or not set(grant_types) <= GRANT_TYPES or "authorization_code" not in grant_types:
+        return error("invalid_client_metadata", "grant_types must be authorization_code, optionally with refresh_token")
+    response_types = _string_list(data, "response_types", ["code"])
+    if response_types is None or not set(response_types) <= RESPONSE_TYPES:
+        return error("invalid_client_metadata", "response_types must be code")
+    if data.get("token_endpoint_auth_method", "client_secret_basic") not in AUTH_METHODS:
+        return error("invalid_client_metadata", f"token_endpoint_auth_method must be one of {', '.join(AUTH_METHODS)}")
+    redirect_uris = _string_list(data, "redirect_uris", [])
+    if not redirect_uris:
+        return error("invalid_redirect_uri", "redirect_uris must be a non-empty array of strings")
+    for uri in redirect_uris:
+        refusal = redirect_uri_refusal(uri)
+        if refusal is not None:
+            return error("invalid_redirect_uri", f"{refusal}: {uri[:200]}")
+    return None
+
+
+def parse_json_object(request: HttpRequest) -> dict[str, Any] | None:
+    try:
+        data = json.loads(request.body)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def client_address(request: HttpRequest) -> str:
+    return str(request.META.get("REMOTE_ADDR", "") or "")[:64]
+
+
+def registration_wait(address: str) -> int:
+    """Seconds until this address may register again (0: now)."""
+    limit = settings.REGISTRATION_RATE_LIMIT
+    if limit <= 0:
+        return 0
+    since = timezone.now() - RATE_WINDOW
+    recent = ClientRegistration.objects.filter(
+        client_address=address, source=ClientRegistration.SOURCE_DCR, registered_at__gte=since
+    ).order_by("-registered_at")
+    times = list(recent.values_list("registered_at", flat=True)[:limit])
+    if len(times) < limit:
+        return 0
+    return max(1, int((times[-1] - since).total_seconds()) + 1)
+
+
+class RegistrationView(DynamicClientRegistrationView):
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        address = client_address(request)
+        wait = registration_wait(address)
+        if wait:
+            response = error("rate_limited", "Too many client registrations from this address; try again later.", 429)
+            response["Retry-After"] = str(wait)
+            return response
+        data = parse_json_object(request)
+        if data is None:
+            return error("invalid_client_metadata", "Request body must be a JSON object")
+        refusal = metadata_refusal(data)
+        if refusal is not None:
+            return refusal
+        response = super().post(request, *args, **kwargs)
+        if response.status_code != 201:
+            return response
+        return self.registered(request, data, json.loads(response.content), address)
+
+    def registered(self, request: HttpRequest, data: dict[str, Any], body: dict[str, Any], address: str) -> JsonResponse:
+        application = Application.objects.get(client_id=body["client_id"])
+        agent = request.META.get("HTTP_USER_AGENT", "")[:300]
+        ClientRegistration.objects.create(
+            application=application, source=ClientRegistration.SOURCE_DCR, client_address=address, user_agent=agent
+        )
+        method = data.get("token_endpoint_auth_method", "client_secret_basic")
+        event(
+            "oauth.client_registered",
+            Actor(client_address=address, user_agent=agent),
+            client_id=application.client_id,
+            client=application_label(application.name, application.client_id),
+            source=ClientRegistration.SOURCE_DCR,
+            redirect_uris=application.redirect_uris.split(),
+            token_endpoint_auth_method=method,
+        )
+        # The toolkit answers client_secret_basic for every confidential client; its token endpoint takes both
+        # methods, so confirm the one the client asked for.
+        body["token_endpoint_auth_method"] = method
+        response = JsonResponse(body, status=201)
+        response["Cache-Control"] = "no-store"
+        return response
+
+
+class RegistrationManagementView(DynamicClientRegistrationManagementView):
+    def put(self, request: HttpRequest, client_id: str, *args: Any, **kwargs: Any) -> HttpResponse:
+        data = parse_json_object(request)
+        if data is None:
+            return error("invalid_client_metadata", "Request body must be a JSON object")
+        # Authenticate first (so an anonymous caller learns nothing), then apply the registration policy.
+        auth = self._authenticate_registration_request(request, client_id)
+        if isinstance(auth, HttpResponse):
+            return auth
+        refusal = metadata_refusal(data)
+        if refusal is not None:
+            return refusal
+        return super().put(request, client_id, *args, **kwargs)
