@@ -10,12 +10,14 @@ from starlette.types import ASGIApp
 
 from audit.failures import FailureAggregator
 from mcpserver.asgi import BearerAuthMiddleware, McpEndpoint
+from mcpserver.inflight import IN_FLIGHT
 from mcpserver.instance import sandstorm_version
 from mcpserver.lifecycle import ServerLifecycle
+from mcpserver.revocations import RevocationWatcher
 from mcpserver.runner import SessionManagerRunner
 from mcpserver.runtime import get_runtime
 from mcpserver.server import build_server
-from oauth.credentials import authenticate_bearer
+from oauth.credentials import authenticate
 
 
 def transport_security() -> TransportSecuritySettings:
@@ -45,11 +47,22 @@ def build_mcp_application() -> tuple[ASGIApp, SessionManagerRunner]:
     )
     failures = FailureAggregator()
     lifecycle = ServerLifecycle(failures)
-    runner = SessionManagerRunner(server.session_manager, on_start=lifecycle.start, on_stop=lifecycle.stop)
+    runtime = get_runtime()
+    watcher = RevocationWatcher(IN_FLIGHT, runtime.executor)
+
+    async def start() -> None:
+        await lifecycle.start()
+        await watcher.start()
+
+    async def stop() -> None:
+        await watcher.stop()
+        await lifecycle.stop()
+
+    runner = SessionManagerRunner(server.session_manager, on_start=start, on_stop=stop)
     app = BearerAuthMiddleware(
         McpEndpoint(runner),
-        authenticate=authenticate_bearer,
-        rate_limiter=get_runtime().rate_limiter,
+        authenticate=authenticate,
+        rate_limiter=runtime.rate_limiter,
         resource_metadata_url=resource_metadata_url(),
         failures=failures,
     )

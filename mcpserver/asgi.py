@@ -18,7 +18,8 @@ from mcpserver.call import principal_actor
 from mcpserver.instance import INSTANCE_ID
 from mcpserver.limits import RateLimiter
 from mcpserver.runner import SessionManagerRunner
-from oauth.credentials import Principal
+from oauth.credentials import InsufficientScope, Principal
+from oauth.models import SCOPE_ALL, SCOPE_READ
 
 logger = logging.getLogger(__name__)
 
@@ -73,9 +74,14 @@ class BearerAuthMiddleware:
         raw = raw.strip()
         principal = None
         if scheme.lower() == "bearer" and raw:
-            principal = await self.authenticate(
-                raw, client_address=client_address(scope), user_agent=headers.get("user-agent", "")[:300]
-            )
+            try:
+                principal = await self.authenticate(
+                    raw, client_address=client_address(scope), user_agent=headers.get("user-agent", "")[:300]
+                )
+            except InsufficientScope:
+                await self.record_failure(client_address(scope), "insufficient_scope")
+                await self.insufficient_scope(send)
+                return
         if principal is None:
             await self.record_failure(client_address(scope), "invalid_token" if raw else "missing_token")
             await self.unauthorized(send, token_given=bool(raw))
@@ -108,6 +114,11 @@ class BearerAuthMiddleware:
             challenge = f'Bearer error="invalid_token", error_description="The token is unknown, revoked or expired", resource_metadata="{self.resource_metadata_url}"'
             body = {"error": "invalid_token", "error_description": "The token is unknown, revoked or expired."}
         await send_json(send, 401, body, [(b"www-authenticate", challenge.encode())])
+
+    async def insufficient_scope(self, send: Send) -> None:
+        challenge = f'Bearer error="insufficient_scope", scope="{SCOPE_ALL}", resource_metadata="{self.resource_metadata_url}"'
+        body = {"error": "insufficient_scope", "error_description": f"The token carries neither {SCOPE_ALL} nor {SCOPE_READ}."}
+        await send_json(send, 403, body, [(b"www-authenticate", challenge.encode())])
 
     async def too_many(self, send: Send, wait: float) -> None:
         retry = RateLimiter.retry_after_header(wait)
