@@ -1,5 +1,6 @@
-"""Bearer tokens in the admin: created here with the secret shown once, on the page after saving; revoked, never
-deleted (their rows stay so the audit log can name them)."""
+"""Credentials in the admin. Bearer tokens: created here with the secret shown once, on the page after saving;
+revoked, never deleted (their rows stay so the audit log can name them). OAuth clients and tokens: see
+admin_clients. "Rotate all credentials": the kill switch (views/rotation.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,16 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
+
 from audit.recorder import request_actor
-from oauth.models import BearerToken, new_token_secret
+from oauth import admin_clients  # noqa: F401  (OAuth clients and tokens)
+from oauth.models import BearerToken, CredentialRotation, new_token_secret
 from oauth.tokens import revoke_tokens, save_new_token
+from oauth.views.rotation import rotation_page
 
 NEW_SECRET_ATTRIBUTE = "_sandstorm_new_token_secret"
 
@@ -65,4 +70,30 @@ class BearerTokenAdmin(admin.ModelAdmin):
     @admin.action(description="Revoke selected tokens")
     def revoke(self, request: HttpRequest, queryset: QuerySet[BearerToken]) -> None:
         count = revoke_tokens(queryset, request_actor(request))
-        self.message_user(request, f"Revoked {count} token(s). Agents using them are refused from their next request.", messages.SUCCESS)
+        self.message_user(
+            request,
+            f"Revoked {count} token(s). Agents using them are refused from their next request; their running tool calls were cancelled.",
+            messages.SUCCESS,
+        )
+
+
+@admin.register(CredentialRotation)
+class CredentialRotationAdmin(admin.ModelAdmin):
+    """Listed on the admin index as "Rotate all credentials"; its list page is the rotation page. Superusers only."""
+
+    def has_view_permission(self, request: HttpRequest, obj: CredentialRotation | None = None) -> bool:
+        return bool(request.user.is_active and request.user.is_superuser)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: CredentialRotation | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: CredentialRotation | None = None) -> bool:
+        return False
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        return rotation_page(self, request)
