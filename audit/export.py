@@ -21,8 +21,10 @@ from audit.models import KIND_STARTED, OUTCOMES, AuditRecord
 EXPORT_CHUNK_SIZE = 2000
 OUTCOME_RUNNING = "running"  # a started record with no finished record (yet)
 
+# `command` is not a key of the row: it is the command of a terminal tool's arguments, a column of its own so that a
+# spreadsheet can sort and filter on it (the full arguments are in `arguments`, as JSON).
 CSV_FIELDS = (
-    "call_id", "tool", "started_at", "finished_at",
+    "call_id", "tool", "command", "started_at", "finished_at",
     "user", "credential_kind", "credential_id", "credential_name", "scope",
     "client_address", "user_agent", "session_id", "protocol_version",
     "arguments", "arguments_size", "arguments_sha256",
@@ -202,10 +204,18 @@ def _csv_cell(value: Any) -> str:
     return neutralise(value)
 
 
+def _csv_value(row: Mapping[str, Any], name: str) -> Any:
+    if name == "command" and name not in row:
+        arguments = row.get("arguments")
+        command = arguments.get("command") if isinstance(arguments, dict) else None
+        return command if isinstance(command, str) else None
+    return row.get(name)
+
+
 def csv_line(row: Mapping[str, Any]) -> str:
     """One CSV record (CRLF-terminated) of the CSV_FIELDS of `row`, formula cells neutralised."""
     buffer = io.StringIO()
-    csv.writer(buffer).writerow([_csv_cell(row.get(name)) for name in CSV_FIELDS])
+    csv.writer(buffer).writerow([_csv_cell(_csv_value(row, name)) for name in CSV_FIELDS])
     return buffer.getvalue()
 
 

@@ -121,3 +121,11 @@ class ServerInstance(models.Model):
     started_at = models.DateTimeField(default=timezone.now)
     last_seen = models.DateTimeField(default=timezone.now)
     stopped_at = models.DateTimeField(null=True, blank=True)
+
+
+class SecurityEvent(AuditRecord):
+    """The `event` records, as a page of their own in the admin (a proxy: same table, no new columns)."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "security event"

@@ -1,0 +1,16 @@
+"""Audit pages beside the admin's own, mounted at /admin/audit/ before admin.site.urls; all staff-only."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.urls import path
+
+from audit import views
+
+app_name = "audit"
+
+urlpatterns = [
+    path("overview/", admin.site.admin_view(views.overview), name="overview"),
+    path("auditrecord/export.csv", admin.site.admin_view(views.export_csv), name="export_csv"),
+    path("auditrecord/export.jsonl", admin.site.admin_view(views.export_jsonl), name="export_jsonl"),
+]

@@ -1,0 +1,256 @@
+"""Staff pages beside the audit admin: the exports of the filtered call list, and the overview.
+
+The exports stream: their rows are read with `aiterator`, a chunk at a time, and sent as they come (under ASGI a
+response fed by a synchronous iterator would first be read whole into memory).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.conf import settings
+from django.db import connection
+from django.db.models import Count, Func, Max, Q, QuerySet
+from django.db.models.functions import Substr, TruncDay, TruncHour
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.http import urlencode
+
+from audit.export import CSV_HEADER, InvalidFilter, aexport_rows, call_queryset, csv_line, filter_calls, jsonl_line
+from audit.models import KIND_STARTED, OUTCOME_DENIED, OUTCOME_ERROR, AuditRecord
+
+logger = logging.getLogger(__name__)
+
+FLUSH_CHARS = 64 * 1024  # one send per this much text, not one per row
+TOP_TOOLS = 10
+ACTIVE_CREDENTIALS = 50
+WINDOW_ID_SLACK = 1000
+HOUR_KEY, DAY_KEY = "%Y-%m-%d %H", "%Y-%m-%d"
+
+
+@dataclass(frozen=True)
+class ExportFormat:
+    extension: str
+    content_type: str
+    header: str
+    line: Callable[[Mapping[str, Any]], str]
+
+
+FORMATS = {
+    "csv": ExportFormat("csv", "text/csv; charset=utf-8", CSV_HEADER, csv_line),
+    "jsonl": ExportFormat("jsonl", "application/jsonl; charset=utf-8", "", jsonl_line),
+}
+
+
+def _require_view_permission(request: HttpRequest) -> None:
+    if not request.user.has_perm("audit.view_auditrecord"):
+        raise PermissionDenied
+
+
+async def stream_lines(queryset: QuerySet[AuditRecord], export_format: ExportFormat) -> AsyncIterator[str]:
+    buffer = [export_format.header]
+    size = len(export_format.header)
+    async for row in aexport_rows(queryset):
+        line = export_format.line(row)
+        buffer.append(line)
+        size += len(line)
+        if size >= FLUSH_CHARS:
+            yield "".join(buffer)
+            buffer, size = [], 0
+    if buffer:
+        yield "".join(buffer)
+
+
+def export_calls(request: HttpRequest, export_format: str) -> HttpResponse:
+    """The calls of the changelist with the same query parameters, oldest first, as a download."""
+    _require_view_permission(request)
+    chosen = FORMATS[export_format]
+    try:
+        queryset = filter_calls(call_queryset(), request.GET)
+    except InvalidFilter as error:
+        return HttpResponseBadRequest(f"{error}\n", content_type="text/plain; charset=utf-8")
+    stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
+    response = StreamingHttpResponse(stream_lines(queryset, chosen), content_type=chosen.content_type)
+    response["Content-Disposition"] = f'attachment; filename="audit-calls-{stamp}.{chosen.extension}"'
+    response["X-Content-Type-Options"] = "nosniff"
+    logger.info("audit export (%s) by %s: %s", export_format, request.user, request.GET.urlencode())
+    return response
+
+
+def export_csv(request: HttpRequest) -> HttpResponse:
+    return export_calls(request, "csv")
+
+
+def export_jsonl(request: HttpRequest) -> HttpResponse:
+    return export_calls(request, "jsonl")
+
+
+# --- overview --------------------------------------------------------------------------------------------------
+
+CHART_WIDTH, CHART_HEIGHT = 720, 200
+PLOT_LEFT, PLOT_TOP, PLOT_BOTTOM = 44, 10, 170  # room for the count labels left and the time labels below
+
+
+@dataclass(frozen=True)
+class Bar:
+    x: str
+    y: str
+    width: str
+    height: str
+    count: int
+    label: str
+    tick: str  # the axis label under this bar, if it gets one
+    tick_x: str
+
+
+@dataclass(frozen=True)
+class Chart:
+    id: str
+    title: str
+    bars: list[Bar]
+    top: int
+    total: int
+    width: int = CHART_WIDTH
+    height: int = CHART_HEIGHT
+    left: int = PLOT_LEFT
+    plot_top: int = PLOT_TOP
+    bottom: int = PLOT_BOTTOM
+    label_y: int = PLOT_BOTTOM + 18
+    mid: int = (PLOT_TOP + PLOT_BOTTOM) // 2
+
+
+def nice_top(peak: int) -> int:
+    """The y axis maximum: the peak rounded up to 1, 2 or 5 times a power of ten."""
+    step = 1
+    while True:
+        for factor in (1, 2, 5):
+            if peak <= step * factor:
+                return step * factor
+        step *= 10
+
+
+def build_chart(chart_id: str, title: str, buckets: list[tuple[str, str, int]], tick_every: int) -> Chart:
+    """`buckets` are (axis label, full label, count), in time order."""
+    top = nice_top(max((count for _, _, count in buckets), default=0))
+    slot = (CHART_WIDTH - PLOT_LEFT) / max(len(buckets), 1)
+    plot_height = PLOT_BOTTOM - PLOT_TOP
+    bars = []
+    for index, (tick, label, count) in enumerate(buckets):
+        height = plot_height * count / top
+        x = PLOT_LEFT + index * slot
+        bars.append(Bar(
+            x=f"{x + 1:.1f}", y=f"{PLOT_BOTTOM - height:.1f}", width=f"{slot - 2:.1f}", height=f"{height:.1f}",
+            count=count, label=label, tick=tick if index % tick_every == 0 else "", tick_x=f"{x + slot / 2:.1f}",
+        ))  # fmt: skip
+    return Chart(chart_id, title, bars, top, sum(count for _, _, count in buckets))
+
+
+def in_window(queryset: QuerySet[AuditRecord], since: datetime) -> QuerySet[AuditRecord]:
+    """Records created since `since`. The id bound adds nothing to the date one but lets the database read just the
+    window's rows (SQLite would otherwise walk a whole index): ids follow creation times except among writers racing
+    for the chain lock, which WINDOW_ID_SLACK leaves room for."""
+    first = AuditRecord.objects.filter(created_at__gte=since).order_by("created_at").values_list("id", flat=True).first()
+    if first is None:
+        return queryset.none()
+    return queryset.filter(created_at__gte=since, id__gte=first - WINDOW_ID_SLACK)
+
+
+def bucket(unit: str) -> Func:
+    """created_at cut to the hour or the day. SQLite's Trunc functions are Python callbacks, one call per row
+    (seconds for a busy month); SQLite stores a datetime as UTC text, so there its prefix is the bucket."""
+    if connection.vendor == "sqlite" and settings.TIME_ZONE == "UTC":
+        return Substr("created_at", 1, 13 if unit == "hour" else 10)
+    return TruncHour("created_at") if unit == "hour" else TruncDay("created_at")
+
+
+def bucket_key(value: str | datetime, key: str) -> str:
+    return value if isinstance(value, str) else timezone.localtime(value).strftime(key)
+
+
+def hourly_chart(calls: QuerySet[AuditRecord], now: datetime) -> Chart:
+    first = timezone.localtime(now).replace(minute=0, second=0, microsecond=0) - timedelta(hours=23)
+    rows = in_window(calls, first).annotate(hour=bucket("hour")).values("hour").annotate(n=Count("id")).order_by()
+    counts = {bucket_key(row["hour"], HOUR_KEY): row["n"] for row in rows}
+    hours = [first + timedelta(hours=offset) for offset in range(24)]
+    buckets = [(f"{hour:%H}:00", f"{hour:%Y-%m-%d %H}:00", counts.get(hour.strftime(HOUR_KEY), 0)) for hour in hours]
+    return build_chart("chart-hourly", "Calls per hour, last 24 hours", buckets, tick_every=3)
+
+
+def month_of_calls(calls: QuerySet[AuditRecord], first_day: datetime) -> tuple[Chart, list[tuple[str, int]]]:
+    """The daily chart and the busiest tools, from one pass over the month: counts per (day, tool)."""
+    rows = in_window(calls, first_day).annotate(day=bucket("day")).values("day", "tool").annotate(n=Count("id")).order_by()
+    per_day: Counter[str] = Counter()
+    per_tool: Counter[str] = Counter()
+    for row in rows:  # at most 30 days times the number of tools
+        per_day[bucket_key(row["day"], DAY_KEY)] += row["n"]
+        per_tool[row["tool"]] += row["n"]
+    days = [(first_day + timedelta(days=offset)).date() for offset in range(30)]
+    buckets = [(f"{day:%m-%d}", f"{day:%Y-%m-%d}", per_day[day.strftime(DAY_KEY)]) for day in days]
+    busiest = sorted(per_tool.items(), key=lambda item: (-item[1], item[0]))[:TOP_TOOLS]
+    return build_chart("chart-daily", "Calls per day, last 30 days", buckets, tick_every=5), busiest
+
+
+def changelist_url(**params: str) -> str:
+    return f"{reverse('admin:audit_auditrecord_changelist')}?{urlencode(params)}"
+
+
+def problem_counts(day_ago: datetime, first_day: datetime) -> list[dict[str, Any]]:
+    # Only finished records have an outcome; selecting by it alone lets the database use the outcome index.
+    problems = in_window(AuditRecord.objects.filter(outcome__in=[OUTCOME_ERROR, OUTCOME_DENIED]), first_day)
+    totals = problems.aggregate(
+        error_day=Count("id", filter=Q(outcome=OUTCOME_ERROR, created_at__gte=day_ago)),
+        error_month=Count("id", filter=Q(outcome=OUTCOME_ERROR)),
+        denied_day=Count("id", filter=Q(outcome=OUTCOME_DENIED, created_at__gte=day_ago)),
+        denied_month=Count("id", filter=Q(outcome=OUTCOME_DENIED)),
+    )
+    return [
+        {
+            "outcome": outcome,
+            "day": totals[f"{outcome}_day"],
+            "month": totals[f"{outcome}_month"],
+            "day_url": changelist_url(outcome=outcome, created_at__gte=day_ago.isoformat()),
+            "month_url": changelist_url(outcome=outcome, created_at__gte=first_day.isoformat()),
+        }
+        for outcome in (OUTCOME_ERROR, OUTCOME_DENIED)
+    ]
+
+
+def active_credentials(calls: QuerySet[AuditRecord], day_ago: datetime) -> list[dict[str, Any]]:
+    rows = (
+        in_window(calls, day_ago)
+        .values("credential_kind", "credential_id", "credential_name", "username")
+        .annotate(last_used=Max("created_at"), calls=Count("id"))
+        .order_by("-last_used")[:ACTIVE_CREDENTIALS]
+    )
+    return [
+        {**row, "url": changelist_url(credential=f"{row['credential_kind']}:{row['credential_id']}")}
+        for row in rows
+    ]
+
+
+def overview(request: HttpRequest) -> HttpResponse:
+    """Calls per hour and per day, the busiest tools, errors and denials, and the credentials in use."""
+    _require_view_permission(request)
+    now = timezone.now()
+    day_ago = now - timedelta(hours=24)
+    first_day = timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=29)
+    calls = AuditRecord.objects.filter(kind=KIND_STARTED)
+    daily, busiest = month_of_calls(calls, first_day)
+    context = {
+        **admin.site.each_context(request),
+        "title": "Audit overview",
+        "charts": [hourly_chart(calls, now), daily],
+        "tools": [{"tool": tool, "calls": count, "url": changelist_url(tool=tool)} for tool, count in busiest],
+        "problems": problem_counts(day_ago, first_day),
+        "credentials": active_credentials(calls, day_ago),
+    }
+    return TemplateResponse(request, "admin/audit/overview.html", context)
