@@ -10,11 +10,12 @@ from django.db import DatabaseError
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from starlette.datastructures import Headers
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from audit.failures import FailureAggregator
 from audit.recorder import Actor, acall_denied, aevent
 from mcpserver.call import principal_actor
+from mcpserver.inflight import IN_FLIGHT
 from mcpserver.instance import INSTANCE_ID
 from mcpserver.limits import RateLimiter
 from mcpserver.runner import SessionManagerRunner
@@ -163,4 +164,53 @@ class McpEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not self.runner.running:
             await self.runner.ensure_started()
-        await self.runner.manager.handle_request(scope, receive, send)
+        session_id = Headers(scope=scope).get("mcp-session-id")
+        if scope["method"] != "POST" or not session_id:
+            await self.runner.manager.handle_request(scope, receive, send)
+            return
+        watch = DisconnectWatch(session_id, receive, send)
+        await self.runner.manager.handle_request(scope, watch.receive, watch.send)
+
+
+class DisconnectWatch:
+    """Cancels the tool calls of a session's POST whose client hung up before the answer was sent.
+
+    In a stateful session the SDK keeps a request running after its POST stream drops (a client could resume it
+    from an event store; we keep none), so without this a command would run on, unseen, until its timeout.
+    """
+
+    def __init__(self, session_id: str, receive: Receive, send: Send) -> None:
+        self.session_id = session_id
+        self._receive = receive
+        self._send = send
+        self._body = bytearray()
+        self._answered = False
+
+    async def receive(self) -> Message:
+        message = await self._receive()
+        if message["type"] == "http.request":
+            self._body += message.get("body", b"")
+        elif message["type"] == "http.disconnect" and not self._answered:
+            request_ids = tool_call_ids(bytes(self._body))
+            if request_ids:
+                IN_FLIGHT.cancel_request(self.session_id, request_ids)
+        return message
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.body" and not message.get("more_body"):
+            self._answered = True
+        await self._send(message)
+
+
+def tool_call_ids(body: bytes) -> set[str]:
+    """The ids of the tools/call requests in a JSON-RPC body (one message or a batch)."""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return set()
+    messages = parsed if isinstance(parsed, list) else [parsed]
+    return {
+        str(message["id"])
+        for message in messages
+        if isinstance(message, dict) and message.get("method") == "tools/call" and "id" in message
+    }
