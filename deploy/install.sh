@@ -1,0 +1,672 @@
+#!/usr/bin/env bash
+# Install or upgrade Sandstorm on a Debian or Ubuntu host: Daphne under systemd, behind Caddy with automatic HTTPS.
+#
+#   SANDSTORM_DOMAIN=mcp.example.com bash deploy/install.sh [--dry-run] [--agent-sudo]
+#
+# Run it from a git checkout, as root or as a user who can use sudo. Re-running it after `git pull` is the upgrade:
+# it changes only what is not already right, keeps data and secrets, and updates code, dependencies and the
+# database schema. See `--help` and the README's "Deploy to a server".
+set -euo pipefail
+
+usage() {
+    cat <<'EOF'
+Usage: SANDSTORM_DOMAIN=mcp.example.com bash deploy/install.sh [--dry-run] [--agent-sudo]
+
+Installs or upgrades Sandstorm: packages, the `sandstorm` and agent users, the code in /opt/sandstorm-mcp, the
+configuration /etc/sandstorm-mcp.env (written once, never overwritten), the systemd service and timers, the Caddy
+site for SANDSTORM_DOMAIN; then migrates the database and smoke-tests the server.
+
+  --dry-run     print what would be done, change nothing
+  --agent-sudo  let tools install distribution packages (workspace_install with apt) through sudo; this lets
+                whoever holds a full-scope token become root. A later run without it removes that permission.
+
+Environment: SANDSTORM_DOMAIN (required), SANDSTORM_AGENT_USER (default sandstorm-agent),
+SANDSTORM_ADMIN_PASSWORD (first install only; default: generated and printed once),
+SANDSTORM_PREFIX (install under this directory instead of /, for tests).
+EOF
+}
+
+# --- where everything goes (all under SANDSTORM_PREFIX, so tests can install into a throwaway root) ------------
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PREFIX="${SANDSTORM_PREFIX:-}"
+PREFIX="${PREFIX%/}"
+SERVICE="sandstorm-mcp"
+SERVICE_USER="sandstorm"
+AGENT_USER="${SANDSTORM_AGENT_USER:-sandstorm-agent}"
+CADDY_GROUP="caddy"
+APP_ROOT="$PREFIX/opt/$SERVICE"
+APP_DIR="$APP_ROOT/app"
+VENV="$APP_ROOT/venv"
+STATE_DIR="$PREFIX/var/lib/$SERVICE"
+BACKUP_DIR="$STATE_DIR/backups"
+AGENT_HOME="$PREFIX/home/$AGENT_USER"
+WORKSPACE="$AGENT_HOME/workspace"
+ENV_FILE="$PREFIX/etc/$SERVICE.env"
+RUN_DIR="$PREFIX/run/$SERVICE"
+SOCKET="$RUN_DIR/daphne.sock"
+UNIT_DIR="$PREFIX/etc/systemd/system"
+DROP_IN="$UNIT_DIR/$SERVICE.service.d/agent-sudo.conf"
+SUDOERS_FILE="$PREFIX/etc/sudoers.d/$SERVICE"
+CADDY_DIR="$PREFIX/etc/caddy"
+CADDY_SITE="$CADDY_DIR/$SERVICE.caddy"
+MANAGE="$PREFIX/usr/local/bin/sandstorm-manage"
+OS_RELEASE="$PREFIX/etc/os-release"
+PACKAGES=(python3 python3-venv git caddy curl)
+# What the server reads from the env file and the installer cannot do without; a file written by an older
+# installer that lacks one of these gets a warning.
+REQUIRED_VARS=(SANDSTORM_PUBLIC_URL SANDSTORM_WORKSPACE_ROOT SANDSTORM_STATE_DIR)
+MAX_REQUEST_BYTES=4194304  # SANDSTORM_MAX_REQUEST_BYTES unless the env file sets it
+READY_DEADLINE=60
+
+DRY_RUN=0
+AGENT_SUDO=0
+SUDO=()
+# What this run changed, to restart or reload only what needs it.
+CHANGED_CODE=0
+CHANGED_UNITS=0
+CHANGED_CONFIG=0
+CHANGED_CADDY=0
+FIRST_INSTALL=0
+
+say() { printf '==> %s\n' "$*"; }
+note() { printf '    %s\n' "$*"; }
+warn() { printf 'install.sh: warning: %s\n' "$*" >&2; }
+die() {
+    printf 'install.sh: error: %s\n' "$*" >&2
+    exit 1
+}
+
+# Run a command as root (through sudo unless we are root), or only print it in a dry run.
+run() {
+    if [ "$DRY_RUN" -eq 1 ]; then
+        printf '    would run: %s\n' "$*"
+        return 0
+    fi
+    as_root "$@"
+}
+
+# Read-only commands that need root (reading root's files) run even in a dry run.
+as_root() {
+    if [ ${#SUDO[@]} -eq 0 ]; then
+        "$@"
+    else
+        "${SUDO[@]}" "$@"
+    fi
+}
+
+parse_args() {
+    local arg
+    for arg in "$@"; do
+        case "$arg" in
+            --dry-run) DRY_RUN=1 ;;
+            --agent-sudo) AGENT_SUDO=1 ;;
+            -h | --help)
+                usage
+                exit 0
+                ;;
+            *) die "unknown option '$arg' (see --help)" ;;
+        esac
+    done
+}
+
+# --- refusals: each says what to do ----------------------------------------------------------------------------
+check_domain() {
+    local domain="${SANDSTORM_DOMAIN:-}"
+    if [ -z "$domain" ]; then
+        die "SANDSTORM_DOMAIN is not set. Run: SANDSTORM_DOMAIN=mcp.example.com bash deploy/install.sh (the public DNS name of this host, which must already point at it for HTTPS)"
+    fi
+    local label='[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?'
+    if ! [[ "$domain" =~ ^$label(\.$label)+$ ]]; then
+        die "SANDSTORM_DOMAIN must be a DNS name such as mcp.example.com (no scheme, port or path), not '$domain'"
+    fi
+    DOMAIN="${domain,,}"
+    PUBLIC_URL="https://$DOMAIN"
+}
+
+# The value of KEY in an os-release file, without sourcing it.
+os_release_value() {
+    local key="$1" line
+    while IFS= read -r line; do
+        if [[ "$line" == "$key="* ]]; then
+            line="${line#"$key="}"
+            line="${line#\"}"
+            printf '%s' "${line%\"}"
+            return 0
+        fi
+    done <"$OS_RELEASE"
+}
+
+check_os() {
+    [ -r "$OS_RELEASE" ] || die "cannot read $OS_RELEASE: this installer supports Debian 12 and 13 and Ubuntu 24.04 or newer"
+    local id version name supported=0
+    id="$(os_release_value ID)"
+    version="$(os_release_value VERSION_ID)"
+    name="$(os_release_value PRETTY_NAME)"
+    case "$id" in
+        debian) [[ "$version" == 12 || "$version" == 13 ]] && supported=1 ;;
+        ubuntu)
+            local major="${version%%.*}" minor="${version#*.}"
+            if [[ "$major" =~ ^[0-9]+$ && "$minor" =~ ^[0-9]+$ ]] && ((10#$major * 100 + 10#$minor >= 2404)); then
+                supported=1
+            fi
+            ;;
+    esac
+    if [ "$supported" -ne 1 ]; then
+        die "unsupported system: ${name:-$id $version}. This installer supports Debian 12 and 13 and Ubuntu 24.04 or newer."
+    fi
+    note "system: $name"
+}
+
+check_privileges() {
+    if [ "$(id -u)" -eq 0 ]; then
+        return 0
+    fi
+    if ! command -v sudo >/dev/null 2>&1; then
+        die "this installer needs root privileges, and sudo is not installed: run it as root, or install sudo and add your user to the sudo group"
+    fi
+    if ! sudo -v; then
+        die "this installer needs root privileges: run it as a user who may use sudo (or as root)"
+    fi
+    SUDO=(sudo --)
+}
+
+# --- files -------------------------------------------------------------------------------------------------------
+# A template with its @NAME@ placeholders filled in, on stdout.
+render() {
+    local text
+    text="$(<"$1")"
+    text="${text//@APP_DIR@/$APP_DIR}"
+    text="${text//@VENV@/$VENV}"
+    text="${text//@STATE_DIR@/$STATE_DIR}"
+    text="${text//@ENV_FILE@/$ENV_FILE}"
+    text="${text//@RUN_DIR@/$RUN_DIR}"
+    text="${text//@SERVICE_USER@/$SERVICE_USER}"
+    text="${text//@AGENT_USER@/$AGENT_USER}"
+    text="${text//@AGENT_HOME@/$AGENT_HOME}"
+    text="${text//@CADDY_GROUP@/$CADDY_GROUP}"
+    text="${text//@SITE_ADDRESS@/$DOMAIN}"
+    text="${text//@MAX_REQUEST_BYTES@/$MAX_REQUEST_BYTES}"
+    printf '%s\n' "$text"
+}
+
+# Install the content of SOURCE at DEST with MODE and OWNER, only if it differs (content or mode): an unchanged
+# file is not rewritten, so its timestamp and the services that read it are left alone. Returns 0 if it changed.
+put_file() {
+    local source="$1" dest="$2" mode="$3" owner="$4"
+    if as_root test -f "$dest" && as_root cmp -s "$source" "$dest" &&
+        [ "$(as_root stat -c %a "$dest")" = "${mode#0}" ]; then
+        return 1
+    fi
+    if [ "$DRY_RUN" -eq 1 ]; then
+        if as_root test -e "$dest"; then note "would update $dest"; else note "would create $dest"; fi
+        return 0
+    fi
+    as_root mkdir -p "$(dirname "$dest")"
+    as_root install -m "$mode" "$source" "$dest"
+    ensure_owner "$dest" "$owner"
+    note "wrote $dest"
+    return 0
+}
+
+# put_file for a template rendered to a temporary file.
+put_rendered() {
+    local template="$1" dest="$2" mode="$3" owner="$4" rendered
+    rendered="$(mktemp)"
+    render "$template" >"$rendered"
+    local status=0
+    put_file "$rendered" "$dest" "$mode" "$owner" || status=$?
+    rm -f "$rendered"
+    return "$status"
+}
+
+remove_file() {
+    as_root test -e "$1" || return 1
+    run rm -f "$1"
+    return 0
+}
+
+ensure_owner() {
+    local path="$1" owner="$2"
+    [ "$(as_root stat -c %U:%G "$path")" = "$owner" ] || run chown "$owner" "$path"
+}
+
+ensure_dir() {
+    local path="$1" mode="$2" owner="$3"
+    if ! as_root test -d "$path"; then
+        run mkdir -p "$path"
+        run chmod "$mode" "$path"
+        run chown "$owner" "$path"
+        return 0
+    fi
+    [ "$(as_root stat -c %a "$path")" = "${mode#0}" ] || run chmod "$mode" "$path"
+    ensure_owner "$path" "$owner"
+}
+
+# --- steps -------------------------------------------------------------------------------------------------------
+install_packages() {
+    say "Packages"
+    local wanted=("${PACKAGES[@]}") missing=() package
+    [ "$AGENT_SUDO" -eq 1 ] && wanted+=(sudo)
+    for package in "${wanted[@]}"; do
+        if [ "$(dpkg-query -W -f='${db:Status-Status}' "$package" 2>/dev/null || true)" != "installed" ]; then
+            missing+=("$package")
+        fi
+    done
+    if [ ${#missing[@]} -eq 0 ]; then
+        note "already installed: ${wanted[*]}"
+    else
+        run apt-get update -qq
+        run env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    fi
+    if [ "$DRY_RUN" -eq 0 ] && ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+        die "Sandstorm needs Python 3.11 or newer; python3 is $(python3 --version 2>&1)"
+    fi
+}
+
+user_exists() { getent passwd "$1" >/dev/null 2>&1; }
+
+in_group() {
+    local members
+    members="$(getent group "$2" | cut -d: -f4)"
+    [[ ",$members," == *",$1,"* ]]
+}
+
+ensure_users() {
+    say "Users"
+    if ! user_exists "$SERVICE_USER"; then
+        run useradd --system --user-group --home-dir "$STATE_DIR" --no-create-home \
+            --shell /usr/sbin/nologin --comment "Sandstorm MCP server" "$SERVICE_USER"
+    fi
+    # The agent user owns the workspace and will run the tools (privilege separation); it has a shell because
+    # tools are shell commands, and no access to the state dir.
+    if ! user_exists "$AGENT_USER"; then
+        run useradd --system --user-group --home-dir "$AGENT_HOME" --no-create-home \
+            --shell /bin/bash --comment "Sandstorm agent (runs tools)" "$AGENT_USER"
+    fi
+    # Until tools run as the agent user, the server writes the workspace through the agent's group.
+    if ! in_group "$SERVICE_USER" "$AGENT_USER"; then
+        run usermod --append --groups "$AGENT_USER" "$SERVICE_USER"
+    fi
+    if [ "$DRY_RUN" -eq 0 ] && ! getent group "$CADDY_GROUP" >/dev/null; then
+        die "the group '$CADDY_GROUP' does not exist; the caddy package should have created it (is caddy installed?)"
+    fi
+    note "server: $SERVICE_USER, agent: $AGENT_USER"
+}
+
+ensure_dirs() {
+    say "Directories"
+    ensure_dir "$STATE_DIR" 0700 "$SERVICE_USER:$SERVICE_USER"
+    ensure_dir "$BACKUP_DIR" 0700 "$SERVICE_USER:$SERVICE_USER"
+    ensure_dir "$AGENT_HOME" 0750 "$AGENT_USER:$AGENT_USER"
+    # setgid: what the server creates in the workspace keeps the agent's group.
+    ensure_dir "$WORKSPACE" 2770 "$AGENT_USER:$AGENT_USER"
+    ensure_dir "$APP_ROOT" 0755 root:root
+}
+
+git_repo() { git -c safe.directory="$REPO" -C "$REPO" "$@"; }
+
+# The code is the repository's committed HEAD, copied to APP_DIR (root's: the server cannot rewrite its own code).
+# Decided before anything changes, so the server can be stopped first when an upgrade is coming.
+plan_code() {
+    say "Code"
+    REVISION="$(git_repo rev-parse HEAD 2>/dev/null)" ||
+        die "$REPO is not a git checkout: clone the repository and run deploy/install.sh from it"
+    if [ -n "$(git_repo status --porcelain --untracked-files=no)" ]; then
+        warn "$REPO has uncommitted changes; they are not installed (the installer installs the committed HEAD)"
+    fi
+    local installed
+    installed="$(as_root cat "$APP_DIR/.sandstorm-revision" 2>/dev/null || true)"
+    if [ "$REVISION" = "$installed" ]; then
+        note "up to date at ${REVISION:0:12}"
+    else
+        installed="${installed:0:12}"
+        note "to install: ${REVISION:0:12} (installed: ${installed:-none})"
+        CHANGED_CODE=1
+    fi
+}
+
+install_code() {
+    [ "$CHANGED_CODE" -eq 1 ] || return 0
+    if [ "$DRY_RUN" -eq 1 ]; then
+        note "would copy ${REVISION:0:12} to $APP_DIR"
+        return 0
+    fi
+    local staging="$APP_ROOT/app.new"
+    as_root rm -rf "$staging" "$APP_ROOT/app.old"
+    as_root mkdir -m 0755 "$staging"
+    git_repo -c tar.umask=0022 archive --format=tar HEAD | as_root tar -x --no-same-owner -C "$staging"
+    printf '%s\n' "$REVISION" | as_root tee "$staging/.sandstorm-revision" >/dev/null
+    # The server's user cannot write here, so compile now rather than at every start (same python3 as the venv).
+    as_root python3 -m compileall -q "$staging" >/dev/null
+    if as_root test -d "$APP_DIR"; then
+        as_root mv "$APP_DIR" "$APP_ROOT/app.old"
+    fi
+    as_root mv "$staging" "$APP_DIR"
+    as_root rm -rf "$APP_ROOT/app.old"
+    note "installed ${REVISION:0:12} in $APP_DIR"
+}
+
+# Dependencies from pyproject.toml, pinned by requirements.lock; reinstalled only when either file changed.
+install_venv() {
+    say "Python environment"
+    if ! as_root test -x "$VENV/bin/python"; then
+        run python3 -m venv "$VENV"
+        CHANGED_CODE=1
+    fi
+    local extras=() stamp
+    if env_file_value DATABASE_URL >/dev/null; then extras+=(postgres); fi
+    stamp="$(git_repo show HEAD:pyproject.toml HEAD:requirements.lock | sha256sum | cut -d' ' -f1) ${extras[*]}"
+    if [ "$(as_root cat "$VENV/.sandstorm-deps" 2>/dev/null || true)" = "$stamp" ]; then
+        note "dependencies up to date"
+        return 0
+    fi
+    if [ "$DRY_RUN" -eq 1 ]; then
+        note "would install the dependencies of pyproject.toml, pinned by requirements.lock, into $VENV"
+        return 0
+    fi
+    CHANGED_CODE=1
+    local requirements="$VENV/sandstorm-requirements.txt"
+    as_root "$VENV/bin/python" -c '
+import sys, tomllib
+project = tomllib.load(open(sys.argv[1], "rb"))["project"]
+wanted = project["dependencies"] + [d for extra in sys.argv[3:] for d in project["optional-dependencies"][extra]]
+open(sys.argv[2], "w").write("\n".join(wanted) + "\n")' "$APP_DIR/pyproject.toml" "$requirements" "${extras[@]}"
+    as_root "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-input \
+        --constraint "$APP_DIR/requirements.lock" --requirement "$requirements"
+    printf '%s\n' "$stamp" | as_root tee "$VENV/.sandstorm-deps" >/dev/null
+    note "dependencies installed"
+}
+
+# The value of KEY in the env file (exit 1 if unset or empty).
+env_file_value() {
+    local line
+    as_root test -f "$ENV_FILE" || return 1
+    line="$(as_root grep -E "^[[:space:]]*$1=" "$ENV_FILE" | tail -n 1)" || return 1
+    line="${line#*=}"
+    line="${line#\"}"
+    line="${line%\"}"
+    [ -n "$line" ] || return 1
+    printf '%s\n' "$line"
+}
+
+write_env_file() {
+    say "Configuration"
+    if as_root test -f "$ENV_FILE"; then
+        note "keeping $ENV_FILE (never overwritten)"
+        check_env_file
+        return 0
+    fi
+    FIRST_INSTALL=1
+    CHANGED_CONFIG=1
+    local draft
+    draft="$(mktemp)"
+    cat >"$draft" <<EOF
+# Sandstorm's configuration, read by the service (EnvironmentFile=) and by sandstorm-manage.
+# Written once by deploy/install.sh, which never overwrites it. Every variable: $APP_DIR/deploy/env.example.
+# Django's secret key and the audit key are generated files in the state dir, not here.
+SANDSTORM_PUBLIC_URL=$PUBLIC_URL
+SANDSTORM_WORKSPACE_ROOT=$WORKSPACE
+SANDSTORM_STATE_DIR=$STATE_DIR
+# Keep audit records this many days (a daily timer prunes older ones); unset keeps them forever.
+#SANDSTORM_AUDIT_RETENTION_DAYS=365
+EOF
+    put_file "$draft" "$ENV_FILE" 0600 root:root || true
+    rm -f "$draft"
+}
+
+check_env_file() {
+    local mode name url
+    mode="$(as_root stat -c %a "$ENV_FILE")"
+    if [ "$mode" != 600 ]; then
+        warn "$ENV_FILE had mode $mode; it holds secrets, so it is set to 0600"
+        run chmod 0600 "$ENV_FILE"
+    fi
+    for name in "${REQUIRED_VARS[@]}"; do
+        env_file_value "$name" >/dev/null || warn "$ENV_FILE does not set $name, which this version needs (see deploy/env.example)"
+    done
+    url="$(env_file_value SANDSTORM_PUBLIC_URL || true)"
+    if [ -n "$url" ] && [ "$url" != "$PUBLIC_URL" ]; then
+        warn "$ENV_FILE has SANDSTORM_PUBLIC_URL=$url, but SANDSTORM_DOMAIN is $DOMAIN: edit the file if the name changed"
+    fi
+}
+
+install_manage() {
+    say "sandstorm-manage"
+    put_rendered "$REPO/deploy/sandstorm-manage" "$MANAGE" 0755 root:root || true
+}
+
+# Migrations, and on the first install the admin user and a bearer token (each printed once, by bootstrap).
+bootstrap() {
+    say "Database"
+    if [ "$DRY_RUN" -eq 1 ]; then
+        note "would run: sandstorm-manage bootstrap (migrations; first install: admin user and token, printed once)"
+        return 0
+    fi
+    if [ ${#SUDO[@]} -eq 0 ]; then
+        "$MANAGE" bootstrap
+    else
+        sudo --preserve-env=SANDSTORM_ADMIN_PASSWORD -- "$MANAGE" bootstrap
+    fi
+}
+
+install_units() {
+    say "systemd units"
+    local template
+    put_rendered "$REPO/deploy/sandstorm-mcp.service" "$UNIT_DIR/$SERVICE.service" 0644 root:root && CHANGED_UNITS=1
+    for template in "$REPO"/deploy/systemd/*.service "$REPO"/deploy/systemd/*.timer; do
+        put_rendered "$template" "$UNIT_DIR/$(basename "$template")" 0644 root:root && CHANGED_UNITS=1
+    done
+    configure_agent_sudo
+    if [ "$CHANGED_UNITS" -eq 1 ]; then
+        run systemctl daemon-reload
+    fi
+}
+
+configure_agent_sudo() {
+    if [ "$AGENT_SUDO" -eq 0 ]; then
+        if remove_file "$DROP_IN"; then CHANGED_UNITS=1; fi
+        if remove_file "$SUDOERS_FILE"; then
+            warn "removed the agents' sudo rule ($SUDOERS_FILE): pass --agent-sudo to keep it"
+        fi
+        return 0
+    fi
+    put_rendered "$REPO/deploy/systemd/agent-sudo.conf" "$DROP_IN" 0644 root:root && CHANGED_UNITS=1
+    local rule
+    rule="$(mktemp)"
+    render "$REPO/deploy/sudoers.agent-sudo" >"$rule"
+    if command -v visudo >/dev/null 2>&1 && ! visudo -cqf "$rule"; then
+        rm -f "$rule"
+        die "the sudoers rule does not validate (visudo -c); nothing was changed in /etc/sudoers.d"
+    fi
+    put_file "$rule" "$SUDOERS_FILE" 0440 root:root || true
+    rm -f "$rule"
+    warn "--agent-sudo: tools may run 'sudo apt-get install' as root. A package's install scripts run as root,"
+    warn "so whoever holds a full-scope token can take over this host. Re-run without --agent-sudo to revoke it."
+}
+
+unit_enabled() { systemctl is-enabled --quiet "$1" 2>/dev/null; }
+unit_active() { systemctl is-active --quiet "$1" 2>/dev/null; }
+
+enable_units() {
+    local timer
+    unit_enabled "$SERVICE.service" || run systemctl enable "$SERVICE.service"
+    for timer in backup cleartokens prune-clients prune-output; do
+        unit_enabled "$SERVICE-$timer.timer" || run systemctl enable --now "$SERVICE-$timer.timer"
+    done
+    # Audit records are kept forever unless the admin chose a retention.
+    if env_file_value SANDSTORM_AUDIT_RETENTION_DAYS >/dev/null; then
+        unit_enabled "$SERVICE-audit-prune.timer" || run systemctl enable --now "$SERVICE-audit-prune.timer"
+    elif unit_enabled "$SERVICE-audit-prune.timer"; then
+        run systemctl disable --now "$SERVICE-audit-prune.timer"
+    fi
+}
+
+# Stop the server before new code and dependencies go in under it, so nothing runs half-upgraded.
+stop_for_upgrade() {
+    if [ "$CHANGED_CODE" -eq 1 ] && unit_active "$SERVICE.service"; then
+        say "Stopping the server for the upgrade (running tool calls are finished or recorded as cancelled)"
+        run systemctl stop "$SERVICE.service"
+    fi
+}
+
+start_service() {
+    say "Service"
+    enable_units
+    if ! unit_active "$SERVICE.service"; then
+        run systemctl start "$SERVICE.service"
+    elif [ $((CHANGED_CODE + CHANGED_UNITS + CHANGED_CONFIG)) -gt 0 ]; then
+        run systemctl restart "$SERVICE.service"
+    else
+        note "running, nothing to restart"
+    fi
+}
+
+# Our site goes in a file of its own; the main Caddyfile only imports it, so other sites can live beside it.
+install_caddy_site() {
+    say "Caddy"
+    MAX_REQUEST_BYTES="$(env_file_value SANDSTORM_MAX_REQUEST_BYTES || echo "$MAX_REQUEST_BYTES")"
+    put_rendered "$REPO/deploy/Caddyfile" "$CADDY_SITE" 0644 root:root && CHANGED_CADDY=1
+    ensure_caddy_import && CHANGED_CADDY=1
+    if [ "$CHANGED_CADDY" -eq 1 ] && [ "$DRY_RUN" -eq 0 ]; then
+        as_root caddy validate --adapter caddyfile --config "$CADDY_DIR/Caddyfile" >/dev/null 2>&1 ||
+            die "Caddy rejects $CADDY_DIR/Caddyfile (see: caddy validate --adapter caddyfile --config $CADDY_DIR/Caddyfile); Caddy keeps running its previous configuration"
+    fi
+    if ! unit_active caddy.service; then
+        run systemctl enable --now caddy.service
+    elif [ "$CHANGED_CADDY" -eq 1 ]; then
+        run systemctl reload caddy.service
+    else
+        note "site unchanged"
+    fi
+}
+
+# Returns 0 if it changed the main Caddyfile.
+ensure_caddy_import() {
+    local main="$CADDY_DIR/Caddyfile" line="import $SERVICE.caddy" draft
+    if as_root test -f "$main" && as_root grep -qxF "$line" "$main"; then
+        return 1
+    fi
+    draft="$(mktemp)"
+    # The distribution's example site (a file server on :80) is replaced; any other Caddyfile is kept and extended.
+    if as_root test -f "$main" && ! as_root grep -q "The Caddyfile is an easy way to practice with Caddy" "$main"; then
+        as_root cat "$main" >"$draft"
+        printf '\n# Added by Sandstorm'"'"'s deploy/install.sh: the site for %s.\n%s\n' "$DOMAIN" "$line" >>"$draft"
+    else
+        printf '# Written by Sandstorm'"'"'s deploy/install.sh. Global options go first; other sites may follow.\n%s\n' "$line" >"$draft"
+    fi
+    if as_root test -f "$main" && [ "$DRY_RUN" -eq 0 ]; then
+        as_root cp -p "$main" "$main.before-sandstorm"
+        note "kept the previous $main as $main.before-sandstorm"
+    fi
+    put_file "$draft" "$main" 0644 root:root || true
+    rm -f "$draft"
+    return 0
+}
+
+# --- smoke test over the local socket ------------------------------------------------------------------------
+http() { as_root curl --silent --show-error --max-time 20 --unix-socket "$SOCKET" "$@"; }
+
+wait_until_ready() {
+    local deadline=$((SECONDS + READY_DEADLINE))
+    until [ "$(http -o /dev/null -w '%{http_code}' "http://$DOMAIN/health" 2>/dev/null || true)" = 200 ]; do
+        if [ "$SECONDS" -ge "$deadline" ]; then
+            die "the server did not answer /health on $SOCKET within ${READY_DEADLINE}s: see journalctl -u $SERVICE"
+        fi
+        sleep 0.5
+    done
+}
+
+smoke_test() {
+    say "Smoke test (local socket $SOCKET)"
+    if [ "$DRY_RUN" -eq 1 ]; then
+        note "would check /health, /mcp without and with a token, and the OAuth protected-resource metadata"
+        return 0
+    fi
+    wait_until_ready
+    note "/health: 200"
+    local headers status
+    headers="$(mktemp)"
+    status="$(http -o /dev/null -D "$headers" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
+        --data '{}' "http://$DOMAIN/mcp")"
+    if [ "$status" != 401 ] || ! grep -qi '^www-authenticate: Bearer .*resource_metadata=' "$headers"; then
+        rm -f "$headers"
+        die "/mcp without a token answered $status, not 401 with a WWW-Authenticate: Bearer resource_metadata header"
+    fi
+    rm -f "$headers"
+    note "/mcp without a token: 401 with WWW-Authenticate"
+    check_initialize
+    status="$(http -o /dev/null -w '%{http_code}' "http://$DOMAIN/.well-known/oauth-protected-resource/mcp")"
+    case "$status" in
+        200) note "/.well-known/oauth-protected-resource/mcp: 200" ;;
+        404) warn "/.well-known/oauth-protected-resource/mcp answered 404: this version serves no OAuth metadata yet (bearer tokens work; Claude.ai's OAuth connector needs it)" ;;
+        *) die "/.well-known/oauth-protected-resource/mcp answered $status, not 200" ;;
+    esac
+}
+
+# An MCP initialize with a read-only token made for this check and revoked right after it.
+check_initialize() {
+    local name token header status
+    name="install-check-$(date -u +%Y%m%d%H%M%S)"
+    token="$(as_root "$MANAGE" create_token "$name" --scope mcp:read --expires-days 1 2>/dev/null | tail -n 1)"
+    # The token goes to curl in a file, never on a command line other local users could read.
+    header="$(mktemp)"
+    chmod 0600 "$header"
+    printf 'Authorization: Bearer %s\n' "$token" >"$header"
+    status="$(http -o /dev/null -w '%{http_code}' -X POST -H @"$header" \
+        -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \
+        --data '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"sandstorm-install","version":"1"}}}' \
+        "http://$DOMAIN/mcp" || true)"
+    rm -f "$header"
+    as_root "$MANAGE" revoke_token "$name" >/dev/null 2>&1 || warn "could not revoke the check token '$name': revoke it in the admin"
+    [ "$status" = 200 ] || die "/mcp initialize with a token answered $status, not 200: see journalctl -u $SERVICE"
+    note "/mcp initialize with a token: 200"
+}
+
+summary() {
+    [ "$DRY_RUN" -eq 1 ] && {
+        say "Dry run: nothing was changed"
+        return 0
+    }
+    cat <<EOF
+
+Sandstorm is running at $PUBLIC_URL
+  MCP endpoint:     $PUBLIC_URL/mcp
+  Claude.ai:        Settings > Connectors > Add custom connector, URL $PUBLIC_URL/mcp
+  Claude Code:      claude mcp add --transport http sandstorm $PUBLIC_URL/mcp --header "Authorization: Bearer <token>"
+  Admin:            $PUBLIC_URL/admin/  (user admin)
+  New token:        sudo sandstorm-manage create_token NAME
+  Data:             $STATE_DIR (database, secret_key, audit_key; a nightly copy in $BACKUP_DIR)
+  Workspace:        $WORKSPACE
+  Configuration:    $ENV_FILE
+  Logs:             journalctl -u $SERVICE -f   (Caddy: journalctl -u caddy)
+  Upgrade:          git pull && SANDSTORM_DOMAIN=$DOMAIN bash deploy/install.sh
+EOF
+    if [ "$FIRST_INSTALL" -eq 1 ]; then
+        echo "  The admin password and the token above are shown once."
+    fi
+}
+
+main() {
+    parse_args "$@"
+    check_domain
+    check_os
+    check_privileges
+    [ "$DRY_RUN" -eq 1 ] && say "Dry run: showing what would change"
+    install_packages
+    ensure_users
+    ensure_dirs
+    write_env_file
+    plan_code
+    stop_for_upgrade
+    install_code
+    install_venv
+    install_manage
+    bootstrap
+    install_units
+    start_service
+    install_caddy_site
+    smoke_test
+    summary
+}
+
+main "$@"

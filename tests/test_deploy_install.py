@@ -1,0 +1,588 @@
+"""deploy/install.sh run for real into a throwaway root (SANDSTORM_PREFIX), with fakes for what only a real host has.
+
+The fakes, first on PATH, record every call: `systemctl` (and, for `start`/`restart sandstorm-mcp.service`, it
+starts the installed unit's ExecStart for real, so the installer's smoke test talks to a real server on the unit's
+socket), `caddy`, `sudo`, `id`, `useradd`/`usermod`/`getent` (a pretend user database), `chown` (records the owner:
+the users do not exist here), `runuser`, `apt-get` and `dpkg-query`. Everything else (git, tar, install, python3 -m
+venv, pip, curl) is real.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.live import REPO, poll
+
+DOMAIN = "mcp.example.test"
+DEBIAN_12 = 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nNAME="Debian GNU/Linux"\nVERSION_ID="12"\nID=debian\n'
+INSTALL_TIMEOUT = 600  # the first install creates a virtualenv and installs the dependencies from the index
+
+FAKE_COMMON = r'''
+import json, os, sys
+# sandstorm-manage clears the environment, so the state dir is also found beside the fakes' own directory.
+STATE = os.environ.get("FAKE_STATE") or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fake-state")
+def record(name, argv):
+    with open(os.path.join(STATE, "calls.jsonl"), "a") as log:
+        log.write(json.dumps({"cmd": name, "argv": argv}) + "\n")
+def load(name, default):
+    try:
+        with open(os.path.join(STATE, name)) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return default
+def save(name, value):
+    with open(os.path.join(STATE, name), "w") as f:
+        json.dump(value, f)
+args = sys.argv[1:]
+'''
+
+FAKES = {
+    "systemctl": r'''
+import signal, subprocess, time
+record("systemctl", args)
+units = load("units.json", {"enabled": [], "active": []})
+prefix = os.environ["SANDSTORM_PREFIX"]
+SERVER = "sandstorm-mcp.service"
+flags = [a for a in args if a.startswith("-")]
+words = [a for a in args if not a.startswith("-")]
+verb, names = (words[0], words[1:]) if words else ("", [])
+
+def server_alive():
+    pid = load("server.json", {}).get("pid")
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True).stdout.strip()[:1] != "Z"
+
+def stop_server():
+    pid = load("server.json", {}).get("pid")
+    if pid and server_alive():
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(300):
+            if not server_alive():
+                break
+            time.sleep(0.05)
+    save("server.json", {})
+
+def start_server():
+    """What systemd would do with the installed unit: its environment file, run dir, and ExecStart."""
+    unit = open(os.path.join(prefix, "etc/systemd/system", SERVER)).read().splitlines()
+    settings = {k: v for k, _, v in (l.partition("=") for l in unit) if k in ("ExecStart", "EnvironmentFile", "WorkingDirectory")}
+    env = {"PATH": os.environ["PATH"], "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1"}
+    for line in open(settings["EnvironmentFile"]).read().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            key, _, value = line.partition("=")
+            env[key.strip()] = value
+    argv = settings["ExecStart"].split()
+    os.makedirs(os.path.dirname(argv[argv.index("--unix-socket") + 1]), mode=0o750, exist_ok=True)
+    log = open(os.path.join(STATE, "server.log"), "ab")
+    process = subprocess.Popen(argv, cwd=settings["WorkingDirectory"], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    save("server.json", {"pid": process.pid})
+
+status = 0
+if verb == "is-enabled":
+    status = 0 if all(n in units["enabled"] for n in names) else 1
+elif verb == "is-active":
+    status = 0 if all((server_alive() if n == SERVER else n in units["active"]) for n in names) else 3
+elif verb in ("enable", "disable"):
+    for n in names:
+        (units["enabled"].append(n) if verb == "enable" and n not in units["enabled"] else None)
+        (units["enabled"].remove(n) if verb == "disable" and n in units["enabled"] else None)
+    if "--now" in flags:
+        verb = "start" if verb == "enable" else "stop"
+if verb in ("start", "restart"):
+    for n in names:
+        if n == SERVER:
+            stop_server()
+            start_server()
+        elif n not in units["active"]:
+            units["active"].append(n)
+elif verb == "stop":
+    for n in names:
+        if n == SERVER:
+            stop_server()
+        elif n in units["active"]:
+            units["active"].remove(n)
+save("units.json", units)
+sys.exit(status)
+''',
+    "caddy": r'''
+record("caddy", args)
+sys.exit(1 if os.environ.get("FAKE_CADDY_INVALID") else 0)
+''',
+    "sudo": r'''
+record("sudo", args)
+if os.environ.get("FAKE_SUDO") != "ok":
+    print("Sorry, user tester may not run sudo on this host.", file=sys.stderr)
+    sys.exit(1)
+if args == ["-v"]:
+    sys.exit(0)
+while args and args[0].startswith("-"):
+    if args.pop(0) == "--":
+        break
+os.environ["FAKE_ROOT"] = "1"
+os.execvp(args[0], args)
+''',
+    "id": r'''
+if args == ["-u"] and os.environ.get("FAKE_UID") and not os.environ.get("FAKE_ROOT"):
+    print(os.environ["FAKE_UID"])
+    sys.exit(0)
+os.execv("/usr/bin/id", ["id", *args])
+''',
+    "useradd": r'''
+record("useradd", args)
+db = load("users.json", {"passwd": {}, "group": {"caddy": []}})
+name = args[-1]
+db["passwd"][name] = {"home": args[args.index("--home-dir") + 1]}
+db["group"].setdefault(name, [])
+save("users.json", db)
+''',
+    "usermod": r'''
+record("usermod", args)
+db = load("users.json", {"passwd": {}, "group": {"caddy": []}})
+db["group"][args[args.index("--groups") + 1]].append(args[-1])
+save("users.json", db)
+''',
+    "getent": r'''
+db = load("users.json", {"passwd": {}, "group": {"caddy": []}})
+database, name = args
+if database == "passwd" and name in db["passwd"]:
+    print(f"{name}:x:999:999::{db['passwd'][name]['home']}:/bin/sh")
+elif database == "group" and name in db["group"]:
+    print(f"{name}:x:999:{','.join(db['group'][name])}")
+else:
+    sys.exit(2)
+''',
+    "chown": r'''
+record("chown", args)
+owners = load("owners.json", {})
+owners[os.path.abspath(args[-1])] = args[-2]
+save("owners.json", owners)
+''',
+    "stat": r'''
+# Ownership as the fake chown left it (the users do not exist here); everything else from the real stat.
+owners = load("owners.json", {})
+if args[:2] == ["-c", "%U:%G"] and os.path.abspath(args[2]) in owners:
+    print(owners[os.path.abspath(args[2])])
+    sys.exit(0)
+os.execv("/usr/bin/stat", ["stat", *args])
+''',
+    "runuser": r'''
+record("runuser", args[:args.index("--") + 2])
+rest = args[args.index("--") + 1:]
+os.execvp(rest[0], rest)
+''',
+    "apt-get": r'''
+record("apt-get", args)
+''',
+    "dpkg-query": r'''
+missing = os.environ.get("FAKE_MISSING_PACKAGES", "").split()
+print("not-installed" if args[-1] in missing else "installed", end="")
+''',
+}
+
+
+@dataclass
+class Host:
+    """A throwaway root and the fakes' state."""
+
+    prefix: Path
+    state: Path
+    bin: Path
+    repo: Path
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SANDSTORM_", "DJANGO_", "FAKE_")) and k != "DATABASE_URL"}
+        env.update(
+            PATH=f"{self.bin}:{os.environ['PATH']}",
+            SANDSTORM_PREFIX=str(self.prefix),
+            SANDSTORM_DOMAIN=DOMAIN,
+            FAKE_STATE=str(self.state),
+        )
+        env.update(extra)
+        return {k: v for k, v in env.items() if v is not None}
+
+    def install(self, *args: str, check: bool = True, **extra: str) -> subprocess.CompletedProcess[str]:
+        (self.state / "calls.jsonl").write_text("")
+        result = subprocess.run(
+            ["bash", str(self.repo / "deploy" / "install.sh"), *args],
+            env=self.env(**extra), capture_output=True, text=True, timeout=INSTALL_TIMEOUT,
+        )
+        if check:
+            assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}\nserver log:\n{self.server_log()}"
+        return result
+
+    def calls(self, cmd: str | None = None) -> list[list[str]]:
+        lines = (self.state / "calls.jsonl").read_text().splitlines()
+        return [entry["argv"] for entry in map(json.loads, lines) if cmd is None or entry["cmd"] == cmd]
+
+    def owners(self) -> dict[str, str]:
+        path = self.state / "owners.json"
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    def server_log(self) -> str:
+        path = self.state / "server.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def stop_server(self) -> None:
+        path = self.state / "server.json"
+        pid = json.loads(path.read_text()).get("pid") if path.exists() else None
+        if pid:
+            try:
+                os.kill(pid, signal.SIGTERM)
+                poll(lambda: _gone(pid), 20, what="the server to stop")
+            except ProcessLookupError:
+                pass
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def make_repo(root: Path) -> Path:
+    """A clone of this repository whose deploy/ is the working tree's (what is being tested), committed."""
+    clone = root / "repo"
+    subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(REPO), str(clone)], check=True)
+    shutil.rmtree(clone / "deploy")
+    shutil.copytree(REPO / "deploy", clone / "deploy")
+    commit(clone, "deploy/ from the working tree")
+    return clone
+
+
+def commit(repo: Path, message: str) -> None:
+    identity = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t.invalid", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t.invalid"}
+    env = {**os.environ, **identity}
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True, env=env)
+    subprocess.run(["git", "commit", "--quiet", "--allow-empty", "-m", message], cwd=repo, check=True, env=env)
+
+
+def make_host(root: Path, repo: Path, os_release: str = DEBIAN_12) -> Host:
+    host = Host(prefix=root / "root", state=root / "fake-state", bin=root / "fake-bin", repo=repo)
+    for path in (host.prefix / "etc", host.state, host.bin):
+        path.mkdir(parents=True)
+    (host.prefix / "etc" / "os-release").write_text(os_release)
+    for name, body in FAKES.items():
+        script = host.bin / name
+        script.write_text(f"#!{sys.executable}\n{FAKE_COMMON}\n{body}")
+        script.chmod(0o755)
+    (host.state / "calls.jsonl").write_text("")
+    return host
+
+
+def manifest(root: Path) -> dict[str, tuple[object, ...]]:
+    """Every path under `root` with its mode, and for files their checksum and modification time.
+
+    Left out: what the running server itself writes (the database, its socket) and Python's bytecode caches.
+    """
+    entries: dict[str, tuple[object, ...]] = {}
+    for path in sorted(root.rglob("*")):
+        relative = str(path.relative_to(root))
+        if "__pycache__" in path.parts or relative.startswith("run/"):
+            continue
+        info = path.lstat()
+        if path.name.startswith("sandstorm.sqlite3"):
+            entries[relative] = (stat.filemode(info.st_mode),)
+        elif stat.S_ISREG(info.st_mode):
+            entries[relative] = (stat.filemode(info.st_mode), hashlib.sha256(path.read_bytes()).hexdigest(), info.st_mtime_ns)
+        else:
+            entries[relative] = (stat.filemode(info.st_mode),)
+    return entries
+
+
+MUTATING = {"useradd", "usermod", "chown", "apt-get"}
+
+
+def changes(host: Host) -> list[list[str]]:
+    """Calls that change the host: everything but the fakes' queries (is-active, is-enabled, caddy validate)."""
+    found = []
+    for line in (host.state / "calls.jsonl").read_text().splitlines():
+        entry = json.loads(line)
+        argv = entry["argv"]
+        if entry["cmd"] == "systemctl" and argv[:1] in (["is-enabled"], ["is-active"]):
+            continue
+        if entry["cmd"] in ("caddy", "sudo", "runuser") and argv[:1] in (["validate"], ["-v"], ["-u"]):
+            continue
+        found.append([entry["cmd"], *argv])
+    return found
+
+
+# --- the first install, shared by the tests that look at its result ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_repo(tmp_path_factory.mktemp("repo"))
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory, repo: Path) -> Iterator[tuple[Host, subprocess.CompletedProcess[str]]]:
+    host = make_host(tmp_path_factory.mktemp("inst"), repo)
+    try:
+        yield host, host.install(SANDSTORM_ADMIN_PASSWORD="installer-test-password")
+    finally:
+        host.stop_server()
+
+
+def test_first_install_migrates_creates_the_admin_and_prints_a_token_once(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:
+    host, result = installed
+    out = result.stdout
+    assert "Sandstorm is ready." in out
+    assert "Token:      sst_" in out and "shown once" in out
+    assert f"claude mcp add --transport http sandstorm https://{DOMAIN}/mcp" in out
+    assert "installer-test-password" not in out + result.stderr
+    assert (host.prefix / "var/lib/sandstorm-mcp/sandstorm.sqlite3").exists()
+
+
+def test_first_install_smoke_tests_the_server_over_its_socket(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:
+    _, result = installed
+    for line in ("/health: 200", "/mcp without a token: 401 with WWW-Authenticate", "/mcp initialize with a token: 200"):
+        assert line in result.stdout
+    # The OAuth metadata is checked too: served (200) or, before the OAuth work, reported as missing.
+    assert "oauth-protected-resource/mcp: 200" in result.stdout or "oauth-protected-resource/mcp answered 404" in result.stderr
+
+
+def test_first_install_prints_where_everything_is(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:
+    host, result = installed
+    for expected in (
+        f"Sandstorm is running at https://{DOMAIN}",
+        f"URL https://{DOMAIN}/mcp",
+        f"https://{DOMAIN}/admin/",
+        f"Data:             {host.prefix}/var/lib/sandstorm-mcp",
+        "git pull && SANDSTORM_DOMAIN=",
+    ):
+        assert expected in result.stdout
+
+
+def placeholders(path: Path) -> list[str]:
+    """@NAME@ placeholders left unfilled outside comments."""
+    code = "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("#"))
+    return re.findall(r"@[A-Z_]+@", code)
+
+
+def mode(path: Path) -> int:
+    return path.stat().st_mode & 0o7777
+
+
+def owner(host: Host, path: Path) -> str:
+    """The owner the installer gave `path`: through the fake chown, or (root:root) the real one."""
+    recorded = host.owners().get(str(path))
+    return recorded or subprocess.run(["stat", "-c", "%U:%G", str(path)], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_files_owners_and_modes(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:
+    host, _ = installed
+    p = host.prefix
+    env_file = p / "etc/sandstorm-mcp.env"
+    assert mode(env_file) == 0o600 and owner(host, env_file) == "root:root"
+    assert env_file.read_text().count(f"SANDSTORM_PUBLIC_URL=https://{DOMAIN}\n") == 1
+    state, agent_home = p / "var/lib/sandstorm-mcp", p / "home/sandstorm-agent"
+    assert mode(state) == 0o700 and owner(host, state) == "sandstorm:sandstorm"
+    assert mode(state / "backups") == 0o700 and owner(host, state / "backups") == "sandstorm:sandstorm"
+    assert mode(agent_home) == 0o750 and owner(host, agent_home) == "sandstorm-agent:sandstorm-agent"
+    assert mode(agent_home / "workspace") == 0o2770 and owner(host, agent_home / "workspace") == "sandstorm-agent:sandstorm-agent"
+    assert f"SANDSTORM_WORKSPACE_ROOT={agent_home / 'workspace'}\n" in env_file.read_text()
+    manage = p / "usr/local/bin/sandstorm-manage"
+    assert mode(manage) == 0o755 and not placeholders(manage)
+    units = p / "etc/systemd/system"
+    assert mode(units / "sandstorm-mcp.service") == 0o644
+    for job in ("backup", "cleartokens", "prune-clients", "prune-output", "audit-prune"):
+        assert (units / f"sandstorm-mcp-{job}.service").exists() and (units / f"sandstorm-mcp-{job}.timer").exists()
+    site = (p / "etc/caddy/sandstorm-mcp.caddy").read_text()
+    assert site.startswith("# Sandstorm") and f"\n{DOMAIN} {{\n" in site and f"unix/{p}/run/sandstorm-mcp/daphne.sock" in site
+    assert (p / "etc/caddy/Caddyfile").read_text().splitlines()[-1] == "import sandstorm-mcp.caddy"
+    assert not (p / "etc/sudoers.d/sandstorm-mcp").exists()
+    # The code is the repository's HEAD, and the server cannot write it.
+    revision = subprocess.run(["git", "rev-parse", "HEAD"], cwd=host.repo, capture_output=True, text=True).stdout
+    assert (p / "opt/sandstorm-mcp/app/.sandstorm-revision").read_text() == revision
+    assert owner(host, p / "opt/sandstorm-mcp") == owner(host, p / "opt/sandstorm-mcp/app/manage.py") == "root:root"
+    assert not any(placeholders(unit) for unit in units.glob("sandstorm-mcp*"))
+    assert not placeholders(p / "etc/caddy/sandstorm-mcp.caddy")
+
+
+def test_first_install_creates_both_users_and_starts_everything(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:
+    host, _ = installed
+    # The calls log was rewritten by later runs only if a test ran one first; the module runs this file in order.
+    useradds = [argv[-1] for argv in host.calls("useradd")]
+    assert useradds == ["sandstorm", "sandstorm-agent"]
+    assert ["--append", "--groups", "sandstorm-agent", "sandstorm"] in host.calls("usermod")
+    systemctl = host.calls("systemctl")
+    for expected in (
+        ["daemon-reload"],
+        ["enable", "sandstorm-mcp.service"],
+        ["start", "sandstorm-mcp.service"],
+        ["enable", "--now", "sandstorm-mcp-backup.timer"],
+        ["enable", "--now", "sandstorm-mcp-cleartokens.timer"],
+        ["enable", "--now", "sandstorm-mcp-prune-clients.timer"],
+        ["enable", "--now", "sandstorm-mcp-prune-output.timer"],
+        ["enable", "--now", "caddy.service"],
+    ):
+        assert expected in systemctl
+    # Audit records are kept until the admin sets a retention.
+    assert ["enable", "--now", "sandstorm-mcp-audit-prune.timer"] not in systemctl
+    assert ["validate", "--adapter", "caddyfile", "--config", f"{host.prefix}/etc/caddy/Caddyfile"] in host.calls("caddy")
+
+
+def test_a_second_run_changes_nothing(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:
+    host, _ = installed
+    before = manifest(host.prefix)
+    result = host.install()
+    assert manifest(host.prefix) == before
+    assert changes(host) == [], result.stdout
+    assert "running, nothing to restart" in result.stdout
+    assert "site unchanged" in result.stdout
+    assert "Password:   " not in result.stdout.replace("Password:   the one printed on first run", "")
+    assert "Token:      sst_" not in result.stdout
+    assert "/mcp initialize with a token: 200" in result.stdout
+
+
+def test_an_existing_env_file_is_kept_and_missing_variables_are_named(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:
+    host, _ = installed
+    env_file = host.prefix / "etc/sandstorm-mcp.env"
+    original = env_file.read_text()
+    edited = original.replace("SANDSTORM_STATE_DIR=", "#SANDSTORM_STATE_DIR=") + "# edited by the operator\n"
+    try:
+        env_file.write_text(edited)
+        env_file.chmod(0o644)
+        result = host.install("--dry-run")
+        assert env_file.read_text() == edited
+        assert "does not set SANDSTORM_STATE_DIR, which this version needs" in result.stderr
+        assert "had mode 644" in result.stderr
+    finally:
+        env_file.write_text(original)
+        env_file.chmod(0o600)
+
+
+def test_a_retention_turns_the_audit_prune_timer_on(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:
+    host, _ = installed
+    env_file = host.prefix / "etc/sandstorm-mcp.env"
+    original = env_file.read_text()
+    try:
+        env_file.write_text(original + "SANDSTORM_AUDIT_RETENTION_DAYS=400\n")
+        host.install()
+        assert ["enable", "--now", "sandstorm-mcp-audit-prune.timer"] in host.calls("systemctl")
+    finally:
+        env_file.write_text(original)
+    host.install()
+    assert ["disable", "--now", "sandstorm-mcp-audit-prune.timer"] in host.calls("systemctl")
+
+
+def test_agent_sudo_adds_a_limited_rule_and_a_run_without_it_removes_it(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:
+    host, _ = installed
+    sudoers, drop_in = host.prefix / "etc/sudoers.d/sandstorm-mcp", host.prefix / "etc/systemd/system/sandstorm-mcp.service.d/agent-sudo.conf"
+    result = host.install("--agent-sudo")
+    assert mode(sudoers) == 0o440 and owner(host, sudoers) == "root:root"
+    rules = [line for line in sudoers.read_text().splitlines() if line and not line.startswith(("#", "Defaults"))]
+    assert rules == ["sandstorm, sandstorm-agent ALL=(root) NOPASSWD: /usr/bin/apt-get install -y -- *"]
+    assert "NoNewPrivileges=no" in drop_in.read_text()
+    assert "can take over this host" in result.stderr
+    assert ["daemon-reload"] in host.calls("systemctl") and ["restart", "sandstorm-mcp.service"] in host.calls("systemctl")
+    result = host.install()
+    assert not sudoers.exists() and not drop_in.exists()
+    assert "removed the agents' sudo rule" in result.stderr
+
+
+def test_a_rerun_after_a_new_commit_upgrades_code_and_schema_and_restarts(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:
+    host, _ = installed
+    (host.repo / "UPGRADE-MARKER").write_text("new code\n")
+    commit(host.repo, "a new version")
+    result = host.install()
+    app = host.prefix / "opt/sandstorm-mcp/app"
+    assert (app / "UPGRADE-MARKER").read_text() == "new code\n"
+    systemctl = host.calls("systemctl")
+    assert systemctl.index(["stop", "sandstorm-mcp.service"]) < systemctl.index(["start", "sandstorm-mcp.service"])
+    assert "dependencies up to date" in result.stdout  # pyproject.toml and the lock did not change
+    assert "/mcp initialize with a token: 200" in result.stdout
+    assert (host.prefix / "var/lib/sandstorm-mcp/sandstorm.sqlite3").exists()
+
+
+# --- dry run and refusals ----------------------------------------------------------------------------------------
+
+
+def test_dry_run_on_a_fresh_host_writes_nothing_and_says_what_it_would_do(tmp_path: Path, repo: Path) -> None:
+    host = make_host(tmp_path, repo)
+    before = manifest(host.prefix)
+    result = host.install("--dry-run")
+    assert manifest(host.prefix) == before
+    assert changes(host) == []
+    out = result.stdout
+    assert "would run: useradd --system" in out
+    assert f"would create {host.prefix}/etc/sandstorm-mcp.env" in out
+    assert "would run: systemctl start sandstorm-mcp.service" in out
+    assert "Dry run: nothing was changed" in out
+
+
+def test_missing_packages_are_installed_from_the_distribution(tmp_path: Path, repo: Path) -> None:
+    host = make_host(tmp_path, repo)
+    result = host.install("--dry-run", FAKE_MISSING_PACKAGES="caddy python3-venv")
+    assert "would run: apt-get update -qq" in result.stdout
+    assert "would run: env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv caddy" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("os_release", "shown"),
+    [
+        ('PRETTY_NAME="Debian GNU/Linux 11 (bullseye)"\nVERSION_ID="11"\nID=debian\n', "Debian GNU/Linux 11 (bullseye)"),
+        ('PRETTY_NAME="Ubuntu 22.04.4 LTS"\nVERSION_ID="22.04"\nID=ubuntu\n', "Ubuntu 22.04.4 LTS"),
+        ('PRETTY_NAME="Fedora Linux 40"\nVERSION_ID=40\nID=fedora\n', "Fedora Linux 40"),
+    ],
+)
+def test_an_unsupported_system_is_refused(tmp_path: Path, repo: Path, os_release: str, shown: str) -> None:
+    host = make_host(tmp_path, repo, os_release)
+    result = host.install("--dry-run", check=False)
+    assert result.returncode == 1
+    assert f"unsupported system: {shown}. This installer supports Debian 12 and 13 and Ubuntu 24.04 or newer." in result.stderr
+    assert changes(host) == []
+
+
+@pytest.mark.parametrize("os_release", ['PRETTY_NAME="Ubuntu 24.04 LTS"\nVERSION_ID="24.04"\nID=ubuntu\n', 'PRETTY_NAME="Debian 13"\nVERSION_ID="13"\nID=debian\n'])
+def test_supported_systems_pass_the_check(tmp_path: Path, repo: Path, os_release: str) -> None:
+    host = make_host(tmp_path, repo, os_release)
+    assert host.install("--dry-run").returncode == 0
+
+
+@pytest.mark.parametrize(("domain", "message"), [(None, "SANDSTORM_DOMAIN is not set"), ("https://mcp.example.com/", "must be a DNS name")])
+def test_a_missing_or_bad_domain_is_refused(tmp_path: Path, repo: Path, domain: str | None, message: str) -> None:
+    host = make_host(tmp_path, repo)
+    result = host.install(check=False, SANDSTORM_DOMAIN=domain)  # type: ignore[arg-type]
+    assert result.returncode == 1 and message in result.stderr
+    assert changes(host) == [] and not (host.prefix / "etc/sandstorm-mcp.env").exists()
+
+
+def test_a_user_without_sudo_is_refused(tmp_path: Path, repo: Path) -> None:
+    host = make_host(tmp_path, repo)
+    result = host.install(check=False, FAKE_UID="1000", FAKE_SUDO="no")
+    assert result.returncode == 1
+    assert "needs root privileges: run it as a user who may use sudo (or as root)" in result.stderr
+    assert changes(host) == []
+
+
+def test_a_user_with_sudo_runs_the_privileged_steps_through_it(tmp_path: Path, repo: Path) -> None:
+    host = make_host(tmp_path, repo)
+    result = host.install("--dry-run", FAKE_UID="1000", FAKE_SUDO="ok")
+    assert ["-v"] in host.calls("sudo")
+    assert any(argv[:2] == ["--", "test"] for argv in host.calls("sudo"))
+    assert "Dry run: nothing was changed" in result.stdout
