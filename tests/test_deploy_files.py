@@ -1,0 +1,210 @@
+"""The deploy/ files checked by the tools that run them: shellcheck, systemd-analyze verify, caddy validate/adapt."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.live import REPO
+
+DEPLOY = REPO / "deploy"
+SHELL_SCRIPTS = [DEPLOY / "install.sh", DEPLOY / "sandstorm-manage", REPO / ".ci" / "run"]
+UNIT_TEMPLATES = [DEPLOY / "sandstorm-mcp.service", *sorted((DEPLOY / "systemd").glob("*.service")), *sorted((DEPLOY / "systemd").glob("*.timer"))]
+LONGEST_TOOL_TIMEOUT_S = 300  # terminal_exec's upper bound
+
+
+def need(tool: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        pytest.fail(f"{tool} is not installed (.ci/run installs it from the distribution)")
+    return path
+
+
+def render(template: Path, values: dict[str, str]) -> str:
+    """The installer's rendering: every @NAME@ replaced by its value."""
+    text = template.read_text()
+    for name, value in values.items():
+        text = text.replace(f"@{name}@", value)
+    assert not re.findall(r"@[A-Z_]+@", "\n".join(l for l in text.splitlines() if not l.lstrip().startswith("#"))), template
+    return text
+
+
+def test_every_shell_script_is_shellcheck_clean() -> None:
+    scripts = [*SHELL_SCRIPTS, *(p for p in DEPLOY.rglob("*") if p.is_file() and p.read_text(errors="replace").startswith("#!/usr/bin/env bash"))]
+    result = subprocess.run([need("shellcheck"), "--shell=bash", "--severity=style", *sorted(set(scripts))], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_shell_script_is_strict() -> None:
+    for script in SHELL_SCRIPTS:
+        assert "\nset -euo pipefail\n" in script.read_text(), script
+
+
+# --- systemd -------------------------------------------------------------------------------------------------------
+
+# systemd-analyze verify, run in a container without systemd as PID 1, can print lines about the machine rather
+# than the units; only these are ignored (each is about the environment, none about a unit's content).
+ENVIRONMENTAL = (
+    re.compile(r"^System has not been booted with systemd"),
+    re.compile(r"^Failed to (connect to|open) (bus|system bus)"),
+    re.compile(r"^Failed to prepare filename"),  # unit names outside the unit path in old versions
+)
+
+
+def rendered_units(tmp_path: Path) -> Path:
+    """The unit templates rendered with paths that exist here: this repository, this virtualenv, temporary dirs."""
+    for name in ("state", "home/agent", "run"):
+        (tmp_path / name).mkdir(parents=True)
+    (tmp_path / "sandstorm-mcp.env").write_text("SANDSTORM_PUBLIC_URL=https://mcp.example.com\n")
+    values = {
+        "APP_DIR": str(REPO),
+        "VENV": str(Path(sys.executable).parent.parent),
+        "STATE_DIR": str(tmp_path / "state"),
+        "ENV_FILE": str(tmp_path / "sandstorm-mcp.env"),
+        "RUN_DIR": str(tmp_path / "run"),
+        "SERVICE_USER": "sandstorm",
+        "AGENT_USER": "sandstorm-agent",
+        "AGENT_HOME": str(tmp_path / "home/agent"),
+        "CADDY_GROUP": "caddy",
+    }
+    units = tmp_path / "units"
+    units.mkdir()
+    for template in UNIT_TEMPLATES:
+        (units / template.name).write_text(render(template, values))
+    # The agent-sudo drop-in, verified as systemd would apply it: appended to the unit it extends.
+    with_drop_in = render(DEPLOY / "sandstorm-mcp.service", values) + render(DEPLOY / "systemd" / "agent-sudo.conf", values)
+    (units / "sandstorm-mcp-with-agent-sudo.service").write_text(with_drop_in)
+    return units
+
+
+def test_systemd_analyze_verifies_every_unit(tmp_path: Path) -> None:
+    units = rendered_units(tmp_path)
+    files = sorted(str(p) for p in units.iterdir())
+    result = subprocess.run([need("systemd-analyze"), "verify", "--man=no", *files], cwd=units, capture_output=True, text=True)
+    complaints = [line for line in (result.stdout + result.stderr).splitlines() if line and not any(p.search(line) for p in ENVIRONMENTAL)]
+    assert result.returncode == 0 and complaints == [], "\n".join(complaints)
+
+
+def directives(unit: Path) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for line in unit.read_text().splitlines():
+        if "=" in line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            found.setdefault(key, []).append(value)
+    return found
+
+
+def test_the_service_runs_daphne_on_a_socket_only_caddy_can_reach() -> None:
+    unit = directives(DEPLOY / "sandstorm-mcp.service")
+    assert unit["ExecStart"] == ["@VENV@/bin/python @APP_DIR@/manage.py serve --unix-socket @RUN_DIR@/daphne.sock"]
+    assert unit["RuntimeDirectoryMode"] == ["0750"] and unit["ExecStartPre"] == ["+/usr/bin/chgrp @CADDY_GROUP@ @RUN_DIR@"]
+    assert unit["User"] == ["@SERVICE_USER@"] and unit["EnvironmentFile"] == ["@ENV_FILE@"]
+    assert unit["Restart"] == ["on-failure"] and unit["KillMode"] == ["process"] and unit["KillSignal"] == ["SIGTERM"]
+    for setting in ("NoNewPrivileges=yes", "PrivateTmp=yes", "ProtectSystem=full", "ProtectHome=tmpfs", "BindPaths=@AGENT_HOME@"):
+        key, _, value = setting.partition("=")
+        assert unit[key] == [value]
+    text = (DEPLOY / "sandstorm-mcp.service").read_text()
+    for left_out in ("MemoryDenyWriteExecute", "SystemCallFilter", "RestrictNamespaces", "PrivateDevices", "CapabilityBoundingSet"):
+        assert re.search(rf"^# - {left_out}\b.*: ", text, re.MULTILINE), f"no comment says why {left_out} is left out"
+
+
+def test_timers_cover_the_maintenance_jobs() -> None:
+    commands = {path.stem: directives(path)["ExecStart"][0] for path in (DEPLOY / "systemd").glob("*.service")}
+    assert commands["sandstorm-mcp-cleartokens"].endswith("manage.py cleartokens")
+    assert commands["sandstorm-mcp-prune-clients"].endswith("manage.py prune_clients")
+    assert commands["sandstorm-mcp-prune-output"].endswith("manage.py prune_output")
+    assert "manage.py backup --force @STATE_DIR@/backups/" in commands["sandstorm-mcp-backup"]
+    assert "audit_prune --yes --before" in commands["sandstorm-mcp-audit-prune"] and "SANDSTORM_AUDIT_RETENTION_DAYS:?" in commands["sandstorm-mcp-audit-prune"]
+    for timer in (DEPLOY / "systemd").glob("*.timer"):
+        assert directives(timer)["Persistent"] == ["true"], timer
+
+
+def test_the_sudoers_rule_allows_only_the_package_manager() -> None:
+    rules = [l for l in (DEPLOY / "sudoers.agent-sudo").read_text().splitlines() if l and not l.startswith(("#", "Defaults"))]
+    assert rules == ["@SERVICE_USER@, @AGENT_USER@ ALL=(root) NOPASSWD: /usr/bin/apt-get install -y -- *"]
+
+
+# --- Caddy ---------------------------------------------------------------------------------------------------------
+
+
+def rendered_caddyfile(tmp_path: Path, site: str = "mcp.example.com", max_bytes: str = "4194304") -> Path:
+    path = tmp_path / "Caddyfile"
+    path.write_text(render(DEPLOY / "Caddyfile", {"SITE_ADDRESS": site, "MAX_REQUEST_BYTES": max_bytes, "RUN_DIR": "/run/sandstorm-mcp"}))
+    return path
+
+
+def caddy_env(tmp_path: Path) -> dict[str, str]:
+    # Caddy keeps its data (certificates, autosave) under HOME/XDG dirs: keep them in the test's directory.
+    return {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / "data"), "XDG_CONFIG_HOME": str(tmp_path / "config")}
+
+
+def test_caddy_validates_the_site_with_a_sample_domain(tmp_path: Path) -> None:
+    caddyfile = rendered_caddyfile(tmp_path)
+    result = subprocess.run(
+        [need("caddy"), "validate", "--adapter", "caddyfile", "--config", str(caddyfile)], capture_output=True, text=True, env=caddy_env(tmp_path)
+    )
+    assert result.returncode == 0 and "Valid configuration" in result.stdout + result.stderr, result.stderr
+    fmt = subprocess.run([need("caddy"), "fmt", str(caddyfile)], capture_output=True, text=True, env=caddy_env(tmp_path))
+    assert fmt.stdout == caddyfile.read_text(), "deploy/Caddyfile is not in `caddy fmt` form"
+
+
+def adapted(tmp_path: Path) -> dict[str, object]:
+    result = subprocess.run(
+        [need("caddy"), "adapt", "--adapter", "caddyfile", "--config", str(rendered_caddyfile(tmp_path))],
+        capture_output=True, text=True, env=caddy_env(tmp_path), check=True,
+    )
+    return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+def handlers(config: dict[str, object]) -> list[dict[str, object]]:
+    found: list[dict[str, object]] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            if "handler" in node:
+                found.append(node)
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(config["apps"])
+    return found
+
+
+def test_the_proxy_streams_waits_out_the_longest_tool_and_limits_bodies(tmp_path: Path) -> None:
+    config = adapted(tmp_path)
+    by_kind = {h["handler"]: h for h in handlers(config)}
+    proxy = by_kind["reverse_proxy"]
+    assert proxy["flush_interval"] == -1
+    assert proxy["upstreams"] == [{"dial": "unix//run/sandstorm-mcp/daphne.sock"}]
+    transport = proxy["transport"]
+    assert isinstance(transport, dict)
+    for timeout in ("read_timeout", "write_timeout"):
+        assert transport[timeout] > LONGEST_TOOL_TIMEOUT_S * 1_000_000_000
+    assert "headers" not in proxy  # nothing added or removed: Mcp-Session-Id and Mcp-Protocol-Version pass as sent
+    assert by_kind["request_body"]["max_size"] == 4194304
+    assert "encode" not in by_kind  # compression would buffer event streams
+    security = by_kind["headers"]["response"]
+    assert isinstance(security, dict)
+    assert {"Strict-Transport-Security", "X-Content-Type-Options", "X-Frame-Options"} <= set(security["set"])
+    assert not any("mcp" in str(name).lower() for name in security.get("delete", []))
+
+
+def test_the_access_log_is_json_without_query_strings_or_credentials(tmp_path: Path) -> None:
+    config = adapted(tmp_path)
+    logs = config["logging"]["logs"]  # type: ignore[index]
+    access = next(log for name, log in logs.items() if name != "default")
+    encoder = access["encoder"]
+    assert encoder["format"] == "filter" and encoder["wrap"]["format"] == "json"
+    fields = encoder["fields"]
+    assert fields["request>uri"] == {"filter": "regexp", "regexp": "\\?.*$"}
+    assert fields["request>headers>Authorization"] == {"filter": "delete"}
+    assert fields["request>headers>Cookie"] == {"filter": "delete"}
