@@ -1,0 +1,227 @@
+"""Driving the OAuth authorization server of a live server as a client and as the admin in a browser would.
+
+`AdminSession` signs in on the admin's login page and answers consent pages by submitting the form with its CSRF
+token; the other helpers register clients, build PKCE authorization requests and exchange codes.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from typing import TypeVar
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+import anyio
+import httpx2
+import psutil
+
+from tests.live import LiveServer
+
+T = TypeVar("T")
+LOOPBACK_REDIRECT = "http://127.0.0.1:33418/callback"
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "oauth-test", "version": "0"}},
+}
+
+
+def pkce() -> tuple[str, str]:
+    """A code verifier and its S256 challenge."""
+    verifier = secrets.token_urlsafe(48)
+    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).decode().rstrip("=")
+    return verifier, challenge
+
+
+def query_of(url: str) -> dict[str, str]:
+    return {key: values[0] for key, values in parse_qs(urlsplit(url).query, keep_blank_values=True).items()}
+
+
+class FormParser(HTMLParser):
+    """The hidden inputs of a page's form: the one with `form_id`, or else the first."""
+
+    def __init__(self, form_id: str | None = None) -> None:
+        super().__init__()
+        self.form_id = form_id
+        self.inputs: dict[str, str] = {}
+        self._in_form = False
+        self._done = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        attributes = {key: value or "" for key, value in attrs}
+        if tag == "form" and not self._done and self.form_id in (None, attributes.get("id")):
+            self._in_form = True
+        elif tag == "input" and self._in_form and attributes.get("type") == "hidden" and "name" in attributes:
+            self.inputs[attributes["name"]] = attributes.get("value", "")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "form" and self._in_form:
+            self._in_form, self._done = False, True
+
+
+def hidden_inputs(html: str, form_id: str | None = None) -> dict[str, str]:
+    parser = FormParser(form_id)
+    parser.feed(html)
+    return parser.inputs
+
+
+@dataclass
+class Client:
+    client_id: str
+    client_secret: str | None
+    redirect_uri: str
+    registration: dict[str, object] = field(default_factory=dict)
+
+    def credentials(self) -> dict[str, str]:
+        return {"client_id": self.client_id, **({"client_secret": self.client_secret} if self.client_secret else {})}
+
+
+def register(server: LiveServer, redirect_uri: str = LOOPBACK_REDIRECT, **metadata: object) -> Client:
+    body = {
+        "client_name": "Test client",
+        "redirect_uris": [redirect_uri],
+        "grant_types": ["authorization_code", "refresh_token"],
+        "response_types": ["code"],
+        "token_endpoint_auth_method": "client_secret_post",
+        **metadata,
+    }
+    response = httpx2.post(f"{server.url}/oauth/register/", json=body, timeout=30)
+    assert response.status_code == 201, response.text
+    data = response.json()
+    return Client(data["client_id"], data.get("client_secret"), redirect_uri, data)
+
+
+def authorize_url(server: LiveServer, client: Client, challenge: str | None, state: str = "st-1", **extra: str) -> str:
+    params = {
+        "response_type": "code",
+        "client_id": client.client_id,
+        "redirect_uri": client.redirect_uri,
+        "state": state,
+        "scope": "mcp",
+        "resource": server.mcp_url,
+        **({"code_challenge": challenge, "code_challenge_method": "S256"} if challenge else {}),
+        **extra,
+    }
+    return f"{server.url}/oauth/authorize/?{urlencode({k: v for k, v in params.items() if v is not None})}"
+
+
+class AdminSession:
+    """An HTTP client holding a signed-in admin session, as a browser would."""
+
+    def __init__(self, server: LiveServer, username: str = "admin", password: str | None = None) -> None:
+        self.server = server
+        self.http = httpx2.Client(base_url=server.url, timeout=30, follow_redirects=False)
+        login = self.http.get("/admin/login/")
+        form = hidden_inputs(login.text, "login-form")
+        answer = self.http.post(
+            "/admin/login/",
+            data={**form, "username": username, "password": password or server.admin_password, "next": "/admin/"},
+            headers={"Referer": f"{server.url}/admin/login/"},
+        )
+        assert answer.status_code == 302, f"admin login failed: {answer.status_code}"
+
+    def consent_page(self, url: str) -> httpx2.Response:
+        return self.http.get(url)
+
+    def decide(self, url: str, approve: bool = True) -> str:
+        """Open the consent page at `url` and submit it; the Location the server redirects to."""
+        page = self.consent_page(url)
+        assert page.status_code == 200, f"no consent page: {page.status_code} {page.headers.get('location')}"
+        form = hidden_inputs(page.text, "consent-form")
+        if approve:
+            form["allow"] = "Authorize"
+        answer = self.http.post(url, data=form, headers={"Referer": url})
+        assert answer.status_code == 302, answer.text[:500]
+        return answer.headers["location"]
+
+    def close(self) -> None:
+        self.http.close()
+
+
+def exchange(server: LiveServer, client: Client, code: str, verifier: str | None, **extra: str) -> httpx2.Response:
+    data = {"grant_type": "authorization_code", "code": code, "redirect_uri": client.redirect_uri, **client.credentials(), **extra}
+    if verifier is not None:
+        data["code_verifier"] = verifier
+    return httpx2.post(f"{server.url}/oauth/token/", data=data, timeout=30)
+
+
+def refresh(server: LiveServer, client: Client, refresh_token: str) -> httpx2.Response:
+    data = {"grant_type": "refresh_token", "refresh_token": refresh_token, **client.credentials()}
+    return httpx2.post(f"{server.url}/oauth/token/", data=data, timeout=30)
+
+
+def obtain_tokens(server: LiveServer, admin: AdminSession, client: Client, scope: str = "mcp") -> dict[str, object]:
+    """The whole authorization-code flow with S256 PKCE; the token response."""
+    verifier, challenge = pkce()
+    location = admin.decide(authorize_url(server, client, challenge, scope=scope))
+    response = exchange(server, client, query_of(location)["code"], verifier)
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def mcp_status(server: LiveServer, token: str) -> httpx2.Response:
+    return httpx2.post(server.mcp_url, json=INITIALIZE, headers={**MCP_HEADERS, "Authorization": f"Bearer {token}"}, timeout=10)
+
+
+def shell(server: LiveServer, code: str) -> str:
+    """Run Python in the server's Django environment (same database); its stdout."""
+    return server.manage("shell", "--no-imports", "-c", code).stdout
+
+
+def insert_access_token(server: LiveServer, *, scope: str, resource: list[str], with_user: bool = True) -> str:
+    """An access token row made directly in the database, for shapes our own server never issues."""
+    code = f"""
+import secrets, datetime
+from django.utils import timezone
+from django.contrib.auth import get_user_model
+from oauth2_provider.models import AccessToken, Application, set_token_value
+app = Application.objects.create(name="inserted", client_type="public", authorization_grant_type="authorization-code",
+                                 redirect_uris="https://example.com/cb")
+raw = secrets.token_urlsafe(32)
+token = AccessToken(application=app, user=get_user_model().objects.get(username="admin") if {with_user!r} else None,
+                    scope={scope!r}, resource={json.dumps(resource)}, expires=timezone.now() + datetime.timedelta(hours=1))
+set_token_value(token, raw)
+token.save()
+print(raw)
+"""
+    return shell(server, code).strip().splitlines()[-1]
+
+
+def audit_events(server: LiveServer, name: str) -> list[dict[str, object]]:
+    code = f"""
+import json
+from audit.models import AuditRecord
+rows = AuditRecord.objects.filter(event={name!r}).order_by("id")
+print(json.dumps([dict(detail=r.detail, username=r.username, credential_kind=r.credential_kind,
+                       client_address=r.client_address) for r in rows]))
+"""
+    return list(json.loads(shell(server, code).strip().splitlines()[-1]))
+
+
+async def apoll(check: Callable[[], T], deadline: float, what: str) -> T:
+    """`tests.live.poll` for async tests: waits without blocking the event loop the client runs on."""
+    end = time.monotonic() + deadline
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {deadline}s waiting for {what}")
+        await anyio.sleep(0.05)
+
+
+def live_pids_with(marker: str) -> list[int]:
+    """Processes (not zombies) whose command line mentions `marker`."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if proc.info["status"] != psutil.STATUS_ZOMBIE and any(marker in part for part in proc.info["cmdline"] or ()):
+            found.append(proc.pid)
+    return found

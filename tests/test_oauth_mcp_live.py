@@ -1,0 +1,132 @@
+"""OAuth access tokens at /mcp: only unexpired, unrevoked tokens of a user, for exactly our resource, with an MCP
+scope; the principal reaches the tools and the audit log as a bearer token's does."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import httpx2
+import pytest
+
+from tests.live import LiveServer, mcp_client, running_server, text_of
+from tests.oauth_flow import AdminSession, insert_access_token, mcp_status, obtain_tokens, register, shell
+
+pytestmark = [pytest.mark.live]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    with running_server(tmp_path_factory.mktemp("oauth-mcp"), SANDSTORM_REGISTRATION_RATE_LIMIT="0") as live:
+        yield live
+
+
+@pytest.fixture(scope="module")
+def admin(server: LiveServer) -> Iterator[AdminSession]:
+    session = AdminSession(server)
+    yield session
+    session.close()
+
+
+def test_an_oauth_token_for_our_resource_is_accepted(server: LiveServer, admin: AdminSession) -> None:
+    tokens = obtain_tokens(server, admin, register(server))
+    assert mcp_status(server, str(tokens["access_token"])).status_code == 200
+
+
+def test_a_token_for_another_resource_is_refused(server: LiveServer) -> None:
+    raw = insert_access_token(server, scope="mcp", resource=["https://other.example/mcp"])
+    assert mcp_status(server, raw).status_code == 401
+
+
+def test_a_token_for_a_resource_below_ours_is_refused(server: LiveServer) -> None:
+    raw = insert_access_token(server, scope="mcp", resource=[f"{server.mcp_url}/deeper"])
+    assert mcp_status(server, raw).status_code == 401
+
+
+def test_a_token_without_resource_is_refused(server: LiveServer) -> None:
+    raw = insert_access_token(server, scope="mcp", resource=[])
+    assert mcp_status(server, raw).status_code == 401
+
+
+def test_a_token_without_a_user_is_refused(server: LiveServer) -> None:
+    raw = insert_access_token(server, scope="mcp", resource=[server.mcp_url], with_user=False)
+    assert mcp_status(server, raw).status_code == 401
+
+
+def test_a_registration_access_token_is_refused(server: LiveServer) -> None:
+    client = register(server)
+    response = mcp_status(server, str(client.registration["registration_access_token"]))
+    assert response.status_code == 401
+    assert 'error="invalid_token"' in response.headers["www-authenticate"]
+
+
+def test_an_expired_token_is_refused(server: LiveServer, admin: AdminSession) -> None:
+    tokens = obtain_tokens(server, admin, register(server))
+    shell(server, "from datetime import timedelta; from django.utils import timezone; from oauth2_provider.models import AccessToken; "
+                  "AccessToken.objects.filter(user__isnull=False).update(expires=timezone.now() - timedelta(seconds=1))")
+    assert mcp_status(server, str(tokens["access_token"])).status_code == 401
+
+
+def test_a_token_with_neither_mcp_scope_gets_403_insufficient_scope(server: LiveServer) -> None:
+    raw = insert_access_token(server, scope="profile", resource=[server.mcp_url])
+    response = mcp_status(server, raw)
+    assert response.status_code == 403
+    challenge = response.headers["www-authenticate"]
+    assert 'error="insufficient_scope"' in challenge
+    assert 'scope="mcp"' in challenge
+    assert f'resource_metadata="{server.url}/.well-known/oauth-protected-resource/mcp"' in challenge
+    assert response.json()["error"] == "insufficient_scope"
+
+
+@pytest.mark.anyio
+async def test_a_read_only_oauth_token_calling_a_write_tool_gets_the_scope_error_result(server: LiveServer, admin: AdminSession) -> None:
+    tokens = obtain_tokens(server, admin, register(server), scope="mcp:read")
+    assert tokens["scope"] == "mcp:read"
+    async with mcp_client(server.mcp_url, str(tokens["access_token"])) as client:
+        names = {tool.name for tool in (await client.list_tools()).tools}
+        assert "terminal_exec" not in names and "file_read" in names
+        result = await client.call_tool("file_write", {"path": "oauth-ro.txt", "content": "no"})
+        assert result.is_error
+        assert text_of(result) == "Error: this credential's scope (mcp:read) does not allow file_write"
+    assert not (server.workspace / "oauth-ro.txt").exists()
+
+
+@pytest.mark.anyio
+async def test_the_oauth_principal_reaches_the_audit_log_with_user_client_and_scope(server: LiveServer, admin: AdminSession) -> None:
+    client = register(server, client_name="Audit trail client")
+    tokens = obtain_tokens(server, admin, client)
+    async with mcp_client(server.mcp_url, str(tokens["access_token"])) as mcp:
+        result = await mcp.call_tool("terminal_exec", {"command": "echo via-oauth"})
+        assert "via-oauth" in text_of(result)
+    code = """
+import json
+from audit.models import AuditRecord
+r = AuditRecord.objects.filter(kind="call.started", tool="terminal_exec").order_by("-id").first()
+print(json.dumps(dict(username=r.username, kind=r.credential_kind, id=r.credential_id, name=r.credential_name, scope=r.scope)))
+"""
+    record = json.loads(shell(server, code).strip().splitlines()[-1])
+    assert record["username"] == "admin" and record["kind"] == "oauth" and record["scope"] == "mcp"
+    assert record["name"] == f"Audit trail client (client {client.client_id})"
+    token_id = shell(server, "from oauth2_provider.models import AccessToken; print(AccessToken.objects.filter(user__isnull=False).order_by('-id').first().pk)")
+    assert record["id"] == token_id.strip()
+
+
+def test_the_revocation_endpoint_revokes_an_access_token_and_its_refresh_token(server: LiveServer, admin: AdminSession) -> None:
+    client = register(server)
+    tokens = obtain_tokens(server, admin, client)
+    response = httpx2.post(f"{server.url}/oauth/revoke/", data={"token": tokens["access_token"], **client.credentials()}, timeout=30)
+    assert response.status_code == 200
+    assert mcp_status(server, str(tokens["access_token"])).status_code == 401
+    again = httpx2.post(
+        f"{server.url}/oauth/token/",
+        data={"grant_type": "refresh_token", "refresh_token": tokens["refresh_token"], **client.credentials()},
+        timeout=30,
+    )
+    assert again.status_code == 400
+
+
+def test_another_client_cannot_revoke_a_token(server: LiveServer, admin: AdminSession) -> None:
+    owner, other = register(server), register(server)
+    tokens = obtain_tokens(server, admin, owner)
+    httpx2.post(f"{server.url}/oauth/revoke/", data={"token": tokens["access_token"], **other.credentials()}, timeout=30)
+    assert mcp_status(server, str(tokens["access_token"])).status_code == 200
