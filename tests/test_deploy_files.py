@@ -208,3 +208,10 @@ def test_the_access_log_is_json_without_query_strings_or_credentials(tmp_path: P
     assert fields["request>uri"] == {"filter": "regexp", "regexp": "\\?.*$"}
     assert fields["request>headers>Authorization"] == {"filter": "delete"}
     assert fields["request>headers>Cookie"] == {"filter": "delete"}
+
+
+def test_env_example_lists_every_variable_the_settings_read() -> None:
+    settings = (REPO / "sandstorm_site" / "settings.py").read_text()
+    read = set(re.findall(r'"((?:SANDSTORM_[A-Z_]+)|DATABASE_URL)"', settings))
+    listed = set(re.findall(r"^#?((?:SANDSTORM_[A-Z_]+)|DATABASE_URL)=", (DEPLOY / "env.example").read_text(), re.MULTILINE))
+    assert read and read <= listed, f"not in deploy/env.example: {sorted(read - listed)}"
