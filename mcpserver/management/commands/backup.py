@@ -6,6 +6,7 @@ import os
 import sqlite3
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +45,9 @@ class Command(BaseCommand):
         self.stdout.write(f"Backed up {source} to {target}: {pages} pages, {size} bytes, in {took:.1f}s.")
 
 
-def sqlite_database() -> Path:
-    database = settings.DATABASES["default"]
+def sqlite_database(database: Mapping[str, Any] | None = None) -> Path:
+    """The path of the configured SQLite database; any other engine is refused with what to use instead."""
+    database = settings.DATABASES["default"] if database is None else database
     if database["ENGINE"] != "django.db.backends.sqlite3":
         raise CommandError(
             "backup supports the SQLite database only; for PostgreSQL (DATABASE_URL) use pg_dump, "

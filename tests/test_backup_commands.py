@@ -1,0 +1,41 @@
+"""The maintenance commands the timers run, without a server: backup's refusals and prune_output."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.core.management.base import CommandError
+
+from mcpserver.management.commands.backup import sqlite_database
+from tests.live import REPO, make_server
+
+
+def test_backup_of_a_postgresql_database_says_to_use_pg_dump() -> None:
+    postgres = {"ENGINE": "django.db.backends.postgresql", "NAME": "sandstorm"}
+    with pytest.raises(CommandError, match="SQLite database only; for PostgreSQL .* pg_dump"):
+        sqlite_database(postgres)
+
+
+def test_prune_output_removes_old_output_files_and_keeps_recent_ones(tmp_path: Path) -> None:
+    server = make_server(tmp_path)
+    output = server.workspace / ".sandstorm" / "output"
+    output.mkdir(parents=True)
+    old, recent = output / "exec-old.stdout.log", output / "exec-new.stdout.log"
+    old.write_text("old")
+    recent.write_text("new")
+    eight_days_ago = time.time() - 8 * 24 * 3600
+    os.utime(old, (eight_days_ago, eight_days_ago))
+    result = subprocess.run([sys.executable, "manage.py", "prune_output"], cwd=REPO, env=server.env, capture_output=True, text=True, check=True)
+    assert not old.exists() and recent.exists()
+    assert "1 of 2 files removed" in result.stdout
+
+
+def test_prune_output_without_an_output_directory_does_nothing(tmp_path: Path) -> None:
+    server = make_server(tmp_path)
+    result = subprocess.run([sys.executable, "manage.py", "prune_output"], cwd=REPO, env=server.env, capture_output=True, text=True, check=True)
+    assert "Nothing to prune" in result.stdout
