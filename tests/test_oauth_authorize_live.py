@@ -12,6 +12,7 @@ from tests.live import LiveServer, running_server
 from tests.oauth_flow import (
     AdminSession,
     Client,
+    audit_events,
     authorize_url,
     exchange,
     hidden_inputs,
@@ -91,6 +92,15 @@ def test_deny_redirects_with_access_denied_state_and_iss(server: LiveServer, adm
     answer = query_of(admin.decide(authorize_url(server, client, challenge, state="s-deny"), approve=False))
     assert answer["error"] == "access_denied" and answer["state"] == "s-deny" and answer["iss"] == server.url
     assert "code" not in answer
+    [consent] = [e for e in audit_events(server, "oauth.consent") if e["detail"]["client_id"] == client.client_id]
+    assert consent["username"] == "admin" and consent["detail"]["decision"] == "denied"
+    assert consent["detail"]["scope"] == "mcp" and consent["detail"]["redirect_host"] == "127.0.0.1:33418"
+
+
+def test_approvals_are_recorded_in_the_audit_log(server: LiveServer, admin: AdminSession, client: Client) -> None:
+    obtain_tokens(server, admin, client)
+    [consent] = [e for e in audit_events(server, "oauth.consent") if e["detail"]["client_id"] == client.client_id]
+    assert consent["detail"]["decision"] == "approved" and consent["detail"]["outcome"] == "code issued"
 
 
 def test_without_a_signed_in_staff_user_authorize_sends_to_the_admin_login(server: LiveServer, client: Client) -> None:

@@ -111,6 +111,20 @@ print(json.dumps(dict(username=r.username, kind=r.credential_kind, id=r.credenti
     assert record["id"] == token_id.strip()
 
 
+@pytest.mark.anyio
+async def test_tokens_belong_to_the_user_who_approved(server: LiveServer) -> None:
+    shell(server, "from django.contrib.auth import get_user_model; "
+                  "get_user_model().objects.create_user('alice', password='alice-password-123', is_staff=True)")
+    alice = AdminSession(server, "alice", "alice-password-123")
+    tokens = obtain_tokens(server, alice, register(server))
+    alice.close()
+    async with mcp_client(server.mcp_url, str(tokens["access_token"])) as mcp:
+        result = await mcp.call_tool("terminal_exec", {"command": "echo approved-by-alice"})
+        assert not result.is_error
+    code = "from audit.models import AuditRecord; print(AuditRecord.objects.filter(kind='call.started').latest('id').username)"
+    assert shell(server, code).strip() == "alice"
+
+
 def test_the_revocation_endpoint_revokes_an_access_token_and_its_refresh_token(server: LiveServer, admin: AdminSession) -> None:
     client = register(server)
     tokens = obtain_tokens(server, admin, client)

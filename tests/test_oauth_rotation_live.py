@@ -16,6 +16,7 @@ import pytest
 
 from tests.live import LiveServer, mcp_client, running_server, text_of
 from tests.oauth_flow import (
+    MCP_HEADERS,
     AdminSession,
     apoll,
     audit_events,
@@ -103,6 +104,8 @@ async def test_rotate_tokens_from_the_shell_cancels_calls_in_the_server_and_can_
         create_staff_user(server, "ops", "ops-password-123")
         admin = AdminSession(server)
         tokens = obtain_tokens(server, admin, register(server))
+        opened = mcp_status(server, str(tokens["access_token"]))  # an MCP session, open before the rotation
+        session_headers = {**MCP_HEADERS, "Authorization": f"Bearer {tokens['access_token']}", "Mcp-Session-Id": opened.headers["mcp-session-id"]}
         marker, results = uuid.uuid4().hex, {}
         async with mcp_client(server.mcp_url, str(tokens["access_token"])) as by_oauth:
             async with anyio.create_task_group() as group:
@@ -119,6 +122,8 @@ async def test_rotate_tokens_from_the_shell_cancels_calls_in_the_server_and_can_
         assert mcp_status(server, new_token).status_code == 200
         assert mcp_status(server, server.token).status_code == 200, "--keep-bearer"
         assert mcp_status(server, str(tokens["access_token"])).status_code == 401
+        listing = {"jsonrpc": "2.0", "id": 9, "method": "tools/list"}
+        assert httpx2.post(server.mcp_url, json=listing, headers=session_headers, timeout=10).status_code == 401
         assert admin.http.get("/admin/").status_code == 302, "every admin session is signed out"
         [event] = audit_events(server, "credentials.rotated")
         assert event["credential_kind"] == "shell" and event["detail"]["kept_bearer_tokens"] is True
