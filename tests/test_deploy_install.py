@@ -505,6 +505,18 @@ def test_agent_sudo_adds_a_limited_rule_and_a_run_without_it_removes_it(installe
     assert "removed the agents' sudo rule" in result.stderr
 
 
+def test_an_operators_own_caddyfile_is_kept_and_extended_with_the_import(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:
+    host, _ = installed
+    main = host.prefix / "etc/caddy/Caddyfile"
+    own = "other.example.org {\n\trespond \"hello\"\n}\n"
+    main.write_text(own)
+    host.install()
+    assert main.read_text().startswith(own) and main.read_text().splitlines()[-1] == "import sandstorm-mcp.caddy"
+    assert (host.prefix / "etc/caddy/Caddyfile.before-sandstorm").read_text() == own
+    assert ["reload", "caddy.service"] in host.calls("systemctl")
+    assert ["restart", "sandstorm-mcp.service"] not in host.calls("systemctl")
+
+
 def test_a_rerun_after_a_new_commit_upgrades_code_and_schema_and_restarts(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:
     host, _ = installed
     (host.repo / "UPGRADE-MARKER").write_text("new code\n")
