@@ -215,3 +215,8 @@ def test_env_example_lists_every_variable_the_settings_read() -> None:
     read = set(re.findall(r'"((?:SANDSTORM_[A-Z_]+)|DATABASE_URL)"', settings))
     listed = set(re.findall(r"^#?((?:SANDSTORM_[A-Z_]+)|DATABASE_URL)=", (DEPLOY / "env.example").read_text(), re.MULTILINE))
     assert read and read <= listed, f"not in deploy/env.example: {sorted(read - listed)}"
+
+
+def test_env_example_lists_each_variable_once() -> None:
+    names = re.findall(r"^#?((?:SANDSTORM_[A-Z_]+)|DATABASE_URL)=", (DEPLOY / "env.example").read_text(), re.MULTILINE)
+    assert sorted(n for n in set(names) if names.count(n) > 1) == []
