@@ -85,3 +85,20 @@ def bare_remote(tmp_path: Path, git_env: dict[str, str]) -> Path:
     subprocess.run(["git", "commit", "-q", "-m", "Initial commit"], cwd=seed, check=True, env=git_env)
     subprocess.run(["git", "clone", "-q", "--bare", str(seed), str(bare)], check=True, env=git_env)
     return bare
+
+
+@pytest.fixture(scope="module")
+def browser():  # type: ignore[no-untyped-def]
+    """Headless Chromium for one module; each test opens its own context.
+
+    Module scope, not session: Playwright's sync API keeps an event loop running in this thread while it is open,
+    which would stop the async tests of later modules from starting theirs.
+    """
+    from playwright.sync_api import sync_playwright
+
+    from tests.browser import CHROMIUM, CHROMIUM_ARGS
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()

@@ -10,16 +10,28 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
+import anyio
 import httpx2
+import psutil
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 REPO = Path(__file__).resolve().parent.parent
 START_DEADLINE = 30.0
+T = TypeVar("T")
+# A raw 2025-11-25 initialize request, for tests that speak HTTP to /mcp without the SDK client.
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
+}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
 def free_port() -> int:
@@ -158,3 +170,24 @@ async def mcp_client(url: str, token: str, *, mode: str = "legacy", headers: dic
 def text_of(result: object) -> str:
     content = getattr(result, "content")
     return "".join(getattr(block, "text", "") for block in content)
+
+
+async def apoll(check: Callable[[], T], deadline: float, what: str) -> T:
+    """`poll` for async tests: waits without blocking the event loop the client runs on."""
+    end = time.monotonic() + deadline
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {deadline}s waiting for {what}")
+        await anyio.sleep(0.05)
+
+
+def live_pids_with(marker: str) -> list[int]:
+    """Processes (not zombies) whose command line mentions `marker`."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if proc.info["status"] != psutil.STATUS_ZOMBIE and any(marker in part for part in proc.info["cmdline"] or ()):
+            found.append(proc.pid)
+    return found

@@ -10,30 +10,15 @@ import base64
 import hashlib
 import json
 import secrets
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
-from typing import TypeVar
 from urllib.parse import parse_qs, urlencode, urlsplit
 
-import anyio
 import httpx2
-import psutil
 
-from tests.live import LiveServer
+from tests.live import INITIALIZE, MCP_HEADERS, LiveServer
 
-T = TypeVar("T")
 LOOPBACK_REDIRECT = "http://127.0.0.1:33418/callback"
-MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "oauth-test", "version": "0"}},
-}
-
-
 def pkce() -> tuple[str, str]:
     """A code verifier and its S256 challenge."""
     verifier = secrets.token_urlsafe(48)
@@ -204,24 +189,3 @@ print(json.dumps([dict(detail=r.detail, username=r.username, credential_kind=r.c
                        client_address=r.client_address) for r in rows]))
 """
     return list(json.loads(shell(server, code).strip().splitlines()[-1]))
-
-
-async def apoll(check: Callable[[], T], deadline: float, what: str) -> T:
-    """`tests.live.poll` for async tests: waits without blocking the event loop the client runs on."""
-    end = time.monotonic() + deadline
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {deadline}s waiting for {what}")
-        await anyio.sleep(0.05)
-
-
-def live_pids_with(marker: str) -> list[int]:
-    """Processes (not zombies) whose command line mentions `marker`."""
-    found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        if proc.info["status"] != psutil.STATUS_ZOMBIE and any(marker in part for part in proc.info["cmdline"] or ()):
-            found.append(proc.pid)
-    return found

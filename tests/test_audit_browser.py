@@ -12,32 +12,13 @@ from pathlib import Path
 
 import anyio
 import pytest
-from playwright.sync_api import Browser, Dialog, Page, sync_playwright
+from playwright.sync_api import Browser, Dialog, Page
 
 from tests.live import LiveServer, mcp_client, poll, text_of
 
-CHROMIUM = "/usr/bin/chromium"
 pytestmark = [pytest.mark.live, pytest.mark.browser]
-# Flags for a sandboxed machine as root with no network: no sandbox, no background traffic.
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 MARKUP = "<img src=x onerror=alert(1)>"
 PAGE_DEADLINE = 15.0
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture

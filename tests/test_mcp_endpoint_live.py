@@ -8,17 +8,10 @@ import sqlite3
 import httpx2
 import pytest
 
-from tests.live import LiveServer, auth_headers, mcp_client, text_of
+from tests.live import INITIALIZE, MCP_HEADERS, LiveServer, auth_headers, mcp_client, text_of
 
 pytestmark = [pytest.mark.live]
 
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
-}
-MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 READ_ONLY_TOOLS = {"file_read", "file_list", "git_status", "git_diff", "git_log", "workspace_info", "git_branch"}
 
 

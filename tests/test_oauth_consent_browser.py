@@ -6,11 +6,10 @@ import getpass
 from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import Browser, Page, Route, sync_playwright
+from playwright.sync_api import Browser, Page, Route
 
 from tests.live import LiveServer, running_server
 from tests.oauth_flow import Client, authorize_url, pkce, query_of, register
-from tests.test_admin_browser import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = [pytest.mark.live, pytest.mark.browser]
 CALLBACK = "https://claude.ai/api/mcp/auth_callback"
@@ -20,14 +19,6 @@ CALLBACK = "https://claude.ai/api/mcp/auth_callback"
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     with running_server(tmp_path_factory.mktemp("oauth-browser"), SANDSTORM_REGISTRATION_RATE_LIMIT="0") as live:
         yield live
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture

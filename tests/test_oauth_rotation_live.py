@@ -15,13 +15,12 @@ import httpx2
 import pytest
 
 from tests.live import LiveServer, mcp_client, running_server, text_of
+from tests.live import apoll, live_pids_with
 from tests.oauth_flow import (
     MCP_HEADERS,
     AdminSession,
-    apoll,
     audit_events,
     hidden_inputs,
-    live_pids_with,
     mcp_status,
     obtain_tokens,
     refresh,

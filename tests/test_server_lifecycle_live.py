@@ -11,17 +11,10 @@ import psutil
 import httpx2
 import pytest
 
-from tests.live import auth_headers, make_server, mcp_client, poll, running_server, text_of
+from tests.live import INITIALIZE, MCP_HEADERS, auth_headers, make_server, mcp_client, poll, running_server, text_of
 
 pytestmark = [pytest.mark.live]
 
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
-}
-MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
 def test_over_the_rate_limit_a_credential_gets_429_with_retry_after(tmp_path: Path) -> None:

@@ -13,43 +13,21 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 import anyio
 import psutil
 import pytest
 from mcp import Client
 
-from tests.live import LiveServer, mcp_client, text_of
+from tests.live import LiveServer, apoll, live_pids_with, mcp_client, text_of
 
 pytestmark = [pytest.mark.live, pytest.mark.anyio]
 
 RESULT_CAP = 262144
 PROCESS_DEADLINE = 15.0  # SIGTERM, then SIGKILL after 2 s: well within this
-T = TypeVar("T")
 
 
-async def apoll(check: Callable[[], T], deadline: float, what: str) -> T:
-    """`tests.live.poll` for async tests: waits without blocking the event loop the client runs on."""
-    end = time.monotonic() + deadline
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {deadline}s waiting for {what}")
-        await anyio.sleep(0.05)
-
-
-def live_pids_with(marker: str) -> list[int]:
-    """Processes (not zombies) whose command line mentions `marker`."""
-    found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        if proc.info["status"] != psutil.STATUS_ZOMBIE and any(marker in part for part in proc.info["cmdline"] or ()):
-            found.append(proc.pid)
-    return found
 
 
 def live_group_members(pgid: int) -> list[int]:
