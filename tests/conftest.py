@@ -102,3 +102,12 @@ def browser():  # type: ignore[no-untyped-def]
         chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         yield chromium
         chromium.close()
+
+
+@pytest.fixture(scope="session")
+def oauth_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """A server shared by the OAuth modules that neither rotate nor prune (registration rate limit off)."""
+    from tests.live import running_server
+
+    with running_server(tmp_path_factory.mktemp("oauth"), SANDSTORM_REGISTRATION_RATE_LIMIT="0") as server:
+        yield server

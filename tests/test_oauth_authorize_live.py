@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import httpx2
 import pytest
 
-from tests.live import LiveServer, running_server
+from tests.live import LiveServer
 from tests.oauth_flow import (
     AdminSession,
     Client,
@@ -30,9 +30,8 @@ APP_REDIRECT = "https://app.example/cb"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    with running_server(tmp_path_factory.mktemp("oauth-authorize"), SANDSTORM_REGISTRATION_RATE_LIMIT="0") as live:
-        yield live
+def server(oauth_server: LiveServer) -> LiveServer:
+    return oauth_server
 
 
 @pytest.fixture(scope="module")

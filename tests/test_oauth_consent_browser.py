@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Browser, Page, Route
 
-from tests.live import LiveServer, running_server
+from tests.live import LiveServer
 from tests.oauth_flow import Client, authorize_url, pkce, query_of, register
 
 pytestmark = [pytest.mark.live, pytest.mark.browser]
@@ -16,9 +16,8 @@ CALLBACK = "https://claude.ai/api/mcp/auth_callback"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    with running_server(tmp_path_factory.mktemp("oauth-browser"), SANDSTORM_REGISTRATION_RATE_LIMIT="0") as live:
-        yield live
+def server(oauth_server: LiveServer) -> LiveServer:
+    return oauth_server
 
 
 @pytest.fixture

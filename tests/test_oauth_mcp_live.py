@@ -9,16 +9,15 @@ from collections.abc import Iterator
 import httpx2
 import pytest
 
-from tests.live import LiveServer, mcp_client, running_server, text_of
+from tests.live import LiveServer, mcp_client, text_of
 from tests.oauth_flow import AdminSession, insert_access_token, mcp_status, obtain_tokens, register, shell
 
 pytestmark = [pytest.mark.live]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    with running_server(tmp_path_factory.mktemp("oauth-mcp"), SANDSTORM_REGISTRATION_RATE_LIMIT="0") as live:
-        yield live
+def server(oauth_server: LiveServer) -> LiveServer:
+    return oauth_server
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
@@ -18,9 +17,8 @@ CLAUDE_CALLBACKS = ["https://claude.ai/api/mcp/auth_callback", "https://claude.c
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    with running_server(tmp_path_factory.mktemp("oauth-dcr"), SANDSTORM_REGISTRATION_RATE_LIMIT="0") as live:
-        yield live
+def server(oauth_server: LiveServer) -> LiveServer:
+    return oauth_server
 
 
 def post_registration(server: LiveServer, **metadata: object) -> httpx2.Response:
