@@ -158,6 +158,3 @@ async def authenticate(raw: str, *, client_address: str = "", user_agent: str = 
         return None
     return await sync_to_async(_principal_for, thread_sensitive=False)(raw, client_address, user_agent)
 
-
-# The name /mcp used before OAuth tokens were accepted; bearer tokens resolve exactly as before.
-authenticate_bearer = authenticate

@@ -11,14 +11,14 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from oauth.credentials import authenticate_bearer
+from oauth.credentials import authenticate as authenticate_credential
 from oauth.models import BearerToken, hash_token
 from oauth.tokens import import_bootstrap_token, issue_token
 
 # transaction=True: authentication reads the database from a worker thread, which must see committed rows.
 pytestmark = pytest.mark.django_db(transaction=True)
 
-authenticate = async_to_sync(authenticate_bearer)
+authenticate = async_to_sync(authenticate_credential)
 
 
 @pytest.fixture
