@@ -16,7 +16,7 @@ import httpx2
 import psutil
 import pytest
 
-from tests.live import LiveServer, auth_headers, make_server, mcp_client, poll, running_server, text_of
+from tests.live import INITIALIZE, MCP_HEADERS, LiveServer, auth_headers, make_server, mcp_client, poll, running_server, text_of
 
 pytestmark = [pytest.mark.live, pytest.mark.anyio]
 
@@ -214,3 +214,22 @@ def test_when_the_started_record_cannot_be_written_the_tool_does_not_run(tmp_pat
         result = anyio.run(call)
         assert result.is_error and "audit log could not be written" in text_of(result)
         assert not marker.exists()
+
+
+def test_a_tool_call_refused_by_the_rate_limit_is_recorded_as_denied(tmp_path: Path) -> None:
+    with running_server(tmp_path, SANDSTORM_RATE_LIMIT="2") as server:
+        headers = {**MCP_HEADERS, **auth_headers(server.token), "Mcp-Protocol-Version": "2025-11-25"}
+        opened = httpx2.post(server.mcp_url, json=INITIALIZE, headers=headers, timeout=10)
+        headers["Mcp-Session-Id"] = opened.headers["mcp-session-id"]
+        markers = [uuid.uuid4().hex, uuid.uuid4().hex]
+        statuses = []
+        for number, marker in enumerate(markers):
+            arguments = {"command": f"echo {marker}"}
+            call = {"jsonrpc": "2.0", "id": number, "method": "tools/call", "params": {"name": "terminal_exec", "arguments": arguments}}
+            statuses.append(httpx2.post(server.mcp_url, json=call, headers=headers, timeout=10).status_code)
+        assert statuses == [200, 429]
+        assert records_of_call(server, markers[0])[-1]["outcome"] == "ok"
+        marker = markers[1]
+        started, finished = records_of_call(server, marker)
+        assert started["credential_id"] == token_id(server, "bootstrap")
+        assert finished["outcome"] == "denied" and "rate limit" in finished["reason"]
