@@ -138,8 +138,9 @@ DATABASES = {
             "timeout": 30,
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         },
-        # A file, not the in-memory default: code under test reads the database from worker threads too.
-        "TEST": {"NAME": STATE_DIR / "test.sqlite3"},
+        # A file, not the in-memory default: code under test reads the database from worker threads too. One per
+        # test process, so two test runs at once never share it.
+        "TEST": {"NAME": STATE_DIR / f"test-{os.getpid()}.sqlite3"},
     }
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

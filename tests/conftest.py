@@ -111,3 +111,13 @@ def oauth_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-u
 
     with running_server(tmp_path_factory.mktemp("oauth"), SANDSTORM_REGISTRATION_RATE_LIMIT="0") as server:
         yield server
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the WAL side files Django leaves behind when it deletes this run's SQLite test database."""
+    from django.conf import settings
+
+    name = str(settings.DATABASES["default"].get("TEST", {}).get("NAME") or "")
+    if name:
+        for suffix in ("-wal", "-shm"):
+            Path(name + suffix).unlink(missing_ok=True)
