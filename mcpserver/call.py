@@ -89,7 +89,7 @@ def close_dispatch_marker(token: object) -> None:
     _dispatch_marker.reset(token)  # type: ignore[arg-type]
 
 
-def mark_dispatched(context: Context[Any, Any]) -> None:
+def mark_dispatched() -> None:
     holder = _dispatch_marker.get()
     if holder is not None:
         holder["dispatched"] = True

@@ -44,7 +44,7 @@ def scope_refusal(spec: ToolSpec, principal: Principal, arguments: Mapping[str, 
 
 async def dispatch(spec: ToolSpec, context: Context[Any, Any], arguments: dict[str, Any]) -> CallToolResult:
     runtime = get_runtime()
-    mark_dispatched(context)
+    mark_dispatched()
     principal = principal_from_request(context.request_context.request)
     if principal is None:  # only reachable if the endpoint were mounted without our auth middleware
         return render(ToolResult.error("Error: this request carries no credential"), runtime.result_cap)

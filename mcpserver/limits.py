@@ -60,5 +60,3 @@ class ConcurrencyLimiter:
         else:
             self._in_flight.pop(key, None)
 
-    def in_flight(self, key: str) -> int:
-        return self._in_flight.get(key, 0)

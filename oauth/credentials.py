@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -54,7 +54,6 @@ class Principal:
     client_address: str = ""
     user_agent: str = ""
     application_id: int | None = None  # the OAuth application, for "oauth" principals
-    extra: dict[str, str] = field(default_factory=dict, compare=False)
 
     @property
     def key(self) -> str:

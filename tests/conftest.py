@@ -121,3 +121,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if name:
         for suffix in ("-wal", "-shm"):
             Path(name + suffix).unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="module")
+def admin(server):  # type: ignore[no-untyped-def]
+    """An HTTP client logged in as `admin` on the module's `server` (OAuth modules), like a browser would be."""
+    from tests.oauth_flow import AdminSession
+
+    session = AdminSession(server)
+    yield session
+    session.close()

@@ -8,6 +8,7 @@ import httpx2
 import pytest
 from playwright.sync_api import Browser, Page
 
+from tests.browser import log_in_as_admin
 from tests.live import INITIALIZE, MCP_HEADERS, LiveServer, auth_headers
 
 pytestmark = [pytest.mark.live, pytest.mark.browser]
@@ -17,11 +18,7 @@ pytestmark = [pytest.mark.live, pytest.mark.browser]
 def admin_page(browser: Browser, live_server: LiveServer) -> Iterator[Page]:
     context = browser.new_context()
     page = context.new_page()
-    page.goto(f"{live_server.url}/admin/login/")
-    page.fill("#id_username", "admin")
-    page.fill("#id_password", live_server.admin_password)
-    page.click("input[type=submit]")
-    page.wait_for_url(f"{live_server.url}/admin/")
+    log_in_as_admin(page, live_server)
     yield page
     context.close()
 

@@ -14,6 +14,7 @@ import anyio
 import pytest
 from playwright.sync_api import Browser, Dialog, Page
 
+from tests.browser import log_in_as_admin
 from tests.live import LiveServer, mcp_client, poll, text_of
 
 pytestmark = [pytest.mark.live, pytest.mark.browser]
@@ -37,11 +38,7 @@ def admin_page(browser: Browser, live_server: LiveServer, dialogs: list[str]) ->
         dialog.dismiss()
 
     page.on("dialog", record)
-    page.goto(f"{live_server.url}/admin/login/")
-    page.fill("#id_username", "admin")
-    page.fill("#id_password", live_server.admin_password)
-    page.click("input[type=submit]")
-    page.wait_for_url(f"{live_server.url}/admin/")
+    log_in_as_admin(page, live_server)
     yield page
     context.close()
 

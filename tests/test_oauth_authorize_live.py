@@ -3,7 +3,6 @@ refresh-token rotation, and the consent page's protections."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 
 import httpx2
 import pytest
@@ -32,13 +31,6 @@ APP_REDIRECT = "https://app.example/cb"
 @pytest.fixture(scope="module")
 def server(oauth_server: LiveServer) -> LiveServer:
     return oauth_server
-
-
-@pytest.fixture(scope="module")
-def admin(server: LiveServer) -> Iterator[AdminSession]:
-    session = AdminSession(server)
-    yield session
-    session.close()
 
 
 @pytest.fixture

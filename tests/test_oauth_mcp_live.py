@@ -4,7 +4,6 @@ scope; the principal reaches the tools and the audit log as a bearer token's doe
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import httpx2
 import pytest
@@ -18,13 +17,6 @@ pytestmark = [pytest.mark.live]
 @pytest.fixture(scope="module")
 def server(oauth_server: LiveServer) -> LiveServer:
     return oauth_server
-
-
-@pytest.fixture(scope="module")
-def admin(server: LiveServer) -> Iterator[AdminSession]:
-    session = AdminSession(server)
-    yield session
-    session.close()
 
 
 def test_an_oauth_token_for_our_resource_is_accepted(server: LiveServer, admin: AdminSession) -> None:

@@ -12,6 +12,7 @@ from tests.live import LiveServer, text_of
 
 pytestmark = [pytest.mark.live, pytest.mark.anyio]
 
+PIP_OUTCOMES = ("Requirement already satisfied: pip", "Successfully installed pip", "externally-managed-environment")
 SECTIONS = ["OS", "Node", "Git", "Disk", "CWD", "Tools", "Memory"]
 
 
@@ -34,16 +35,15 @@ async def test_workspace_info_with_an_unexpected_argument_gives_an_error_or_the_
 
 
 async def test_workspace_install_returns_the_package_managers_output(tools_client: Client) -> None:
-    # The same install through terminal_exec tells what pip does on this host: the agents' python3 may lack pip,
-    # or be "externally managed" (PEP 668, Debian 12), and then there is no success case to check here.
+    # What pip does here depends on the host (installs, finds it installed, or refuses an "externally managed"
+    # python3): the same command through terminal_exec says which, and workspace_install must return just that.
     probe = await tools_client.call_tool("terminal_exec", {"command": "python3 -m pip install pip", "timeout": 120})
-    if probe.is_error:
-        pytest.skip(f"pip cannot install into the tools' python3 on this host: {text_of(probe)[-300:]}")
     result = await tools_client.call_tool("workspace_install", {"packages": "pip", "manager": "pip"})
-    text = text_of(result)
-    assert not result.is_error, text
-    assert text.startswith("stdout:\n") and "Requirement already satisfied: pip" in text
-    assert text.endswith("\n\nexit_code: 0")
+    text, expected = text_of(result), text_of(probe)
+    assert result.is_error == probe.is_error, text
+    assert text.splitlines()[-1] == expected.splitlines()[-1]  # the same exit_code line
+    outcome = next(phrase for phrase in PIP_OUTCOMES if phrase in expected)
+    assert outcome in text
 
 
 @pytest.mark.parametrize(
