@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import os
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -15,9 +18,13 @@ from mcpserver.instance import sandstorm_version
 from mcpserver.lifecycle import ServerLifecycle
 from mcpserver.revocations import RevocationWatcher
 from mcpserver.runner import SessionManagerRunner
-from mcpserver.runtime import get_runtime
+from mcpserver.executor.interface import ToolFailure
+from mcpserver.executor.remote import ExecutorFault, ExecutorLost
+from mcpserver.runtime import Runtime, get_runtime
 from mcpserver.server import build_server
 from oauth.credentials import authenticate
+
+logger = logging.getLogger(__name__)
 
 
 def transport_security() -> TransportSecuritySettings:
@@ -38,6 +45,27 @@ def resource_metadata_url() -> str:
     return f"{settings.PUBLIC_URL}/.well-known/oauth-protected-resource/mcp"
 
 
+async def announce_executor(runtime: Runtime) -> None:
+    """Start the development child (if that is the mode) and log who runs the tools; never fatal."""
+    try:
+        identity = await runtime.executor.identity()
+    except (ToolFailure, ExecutorLost, ExecutorFault) as error:
+        logger.error("the tool executor does not answer on %s: %s", runtime.executor.socket_path, error)
+        return
+    logger.info(
+        "tools run in the executor (pid %s) as OS user %s (uid %s), workspace %s",
+        identity["pid"], identity["user"], identity["uid"], identity["root"],
+    )  # fmt: skip
+    if runtime.executor_child is not None:
+        logger.warning(
+            "development mode: tools run as OS user %s, the server's own user, so an agent can read the server's "
+            "database and keys (see README, Trust boundary); production runs them as the agent user",
+            identity["user"],
+        )
+    if identity["root"] != os.path.realpath(runtime.executor.root):
+        logger.warning("the executor's workspace %s is not SANDSTORM_WORKSPACE_ROOT %s", identity["root"], runtime.executor.root)
+
+
 def build_mcp_application() -> tuple[ASGIApp, SessionManagerRunner]:
     server = build_server(sandstorm_version())
     server.streamable_http_app(
@@ -52,11 +80,14 @@ def build_mcp_application() -> tuple[ASGIApp, SessionManagerRunner]:
 
     async def start() -> None:
         await lifecycle.start()
+        await announce_executor(runtime)
         await watcher.start()
 
     async def stop() -> None:
         await watcher.stop()
         await lifecycle.stop()
+        if runtime.executor_child is not None:
+            await asyncio.to_thread(runtime.executor_child.stop)
 
     runner = SessionManagerRunner(server.session_manager, on_start=start, on_stop=stop)
     app = BearerAuthMiddleware(

@@ -16,10 +16,11 @@ from django.db import DatabaseError
 from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult
 
-from audit.models import OUTCOME_CANCELLED, OUTCOME_ERROR, OUTCOME_OK, OUTCOME_TIMEOUT, AuditRecord
+from audit.models import OUTCOME_CANCELLED, OUTCOME_ERROR, OUTCOME_INTERRUPTED, OUTCOME_OK, OUTCOME_TIMEOUT, AuditRecord
 from audit.recorder import Actor, acall_denied, acall_finished, acall_started
 from mcpserver.call import ToolCall, actor_for, mark_dispatched, principal_from_request
 from mcpserver.executor.interface import ToolFailure
+from mcpserver.executor.remote import ExecutorFault, ExecutorLost
 from mcpserver.inflight import IN_FLIGHT
 from mcpserver.instance import INSTANCE_ID
 from mcpserver.registry import ToolSpec
@@ -30,6 +31,10 @@ from oauth.models import SCOPE_READ
 
 logger = logging.getLogger(__name__)
 AUDIT_UNAVAILABLE = "Error: the audit log could not be written, so the call was not run; the server log has the details"
+EXECUTOR_LOST = (
+    "Error: the tool executor stopped during this call, so it is not known whether {tool} completed; "
+    "a command it had started has been ended. Check the workspace before retrying."
+)
 
 
 def scope_refusal(spec: ToolSpec, principal: Principal, arguments: Mapping[str, Any]) -> str | None:
@@ -99,6 +104,8 @@ async def run_audited(spec: ToolSpec, call: ToolCall, actor: Actor, arguments: d
 def outcome_of(result: ToolResult) -> str:
     if not result.is_error:
         return OUTCOME_OK
+    if result.extra.get("interrupted"):
+        return OUTCOME_INTERRUPTED
     return OUTCOME_TIMEOUT if result.extra.get("timed_out") else OUTCOME_ERROR
 
 
@@ -127,6 +134,12 @@ async def _run(spec: ToolSpec, call: ToolCall, arguments: dict[str, Any]) -> Too
         return await spec.fn(call, **arguments)
     except ToolFailure as failure:
         return ToolResult.error(str(failure))
+    except ExecutorLost as lost:
+        logger.error("the executor was lost during %s: %s", spec.name, lost)
+        return ToolResult(text=EXECUTOR_LOST.format(tool=spec.name), is_error=True, extra={"interrupted": True})
+    except ExecutorFault as fault:
+        logger.error("the executor failed during %s: %s", spec.name, fault)
+        return ToolResult.error(f"Error: {spec.name} failed in the tool executor; the server log has the details")
     except Exception:
         # The tool boundary: an unexpected failure becomes an error result; details go to the server log only.
         logger.exception("tool %s failed unexpectedly", spec.name)

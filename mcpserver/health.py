@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import os
-import shutil
+from typing import Any
 
-from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
 
 from mcpserver.instance import sandstorm_version, uptime_seconds
 from mcpserver.registry import TOOLS
+from mcpserver.runtime import executor_identity, get_runtime
 from mcpserver.tools import ALL_TOOL_MODULES  # noqa: F401  (importing registers the tools)
 
 
@@ -25,17 +25,34 @@ def available_memory_bytes() -> int | None:
     return None
 
 
+def executor_status() -> dict[str, Any]:
+    """Whether the tool executor answers, and as whom it runs the tools."""
+    identity = executor_identity()
+    if identity is None:
+        return {"ok": False, "error": "the tool executor does not answer; tool calls fail until it is back"}
+    return {
+        "ok": True,
+        "mode": "child" if get_runtime().executor_child is not None else "service",
+        "user": identity["user"],
+        "workspace_disk_free_bytes": identity.get("disk_free"),
+    }
+
+
 @require_GET
 def health(request: HttpRequest) -> JsonResponse:
-    disk = shutil.disk_usage(settings.WORKSPACE_ROOT) if os.path.isdir(settings.WORKSPACE_ROOT) else None
+    """200 when the server can run tools; 503 when the executor does not answer (calls fail until it is back)."""
+    executor = executor_status()
     return JsonResponse(
         {
-            "ok": True,
+            "ok": executor["ok"],
+            "executor": executor,
             "version": sandstorm_version(),
             "uptime_seconds": round(uptime_seconds(), 1),
             "cores": os.cpu_count(),
             "memory_available_bytes": available_memory_bytes(),
-            "workspace_disk_free_bytes": disk.free if disk else None,
+            # Read by the executor: in production the server's user cannot see into the agent's workspace.
+            "workspace_disk_free_bytes": executor.get("workspace_disk_free_bytes"),
             "tools": sorted(TOOLS),
-        }
+        },
+        status=200 if executor["ok"] else 503,
     )

@@ -20,7 +20,8 @@ from django.db import DatabaseError
 from django.utils import timezone
 
 from audit.recorder import aevent
-from mcpserver.executor.interface import Executor
+from mcpserver.executor.interface import Executor, ToolFailure
+from mcpserver.executor.remote import ExecutorFault, ExecutorLost
 from mcpserver.inflight import InFlightCalls
 from mcpserver.instance import INSTANCE_ID
 from mcpserver.models import BackgroundProcess
@@ -42,13 +43,22 @@ async def stop_background_processes(revocation: Revocation, executor: Executor) 
     processes = await sync_to_async(_unsignalled_processes, thread_sensitive=False)(revocation)
     stopped = []
     for process in processes:
-        if await executor.signal_group(process.pid, process.pgid, process.start_ticks, signal.SIGTERM):
+        try:
+            signalled = await executor.signal_group(process.pid, process.pgid, process.start_ticks, signal.SIGTERM)
+        except (ToolFailure, ExecutorLost, ExecutorFault) as error:
+            # Left unmarked, so the admin can see it still listed; the executor is down, and so are its tools.
+            logger.error("could not stop background process %d of a revoked credential: %s", process.pid, error)
+            continue
+        if signalled:
             stopped.append(process)
         await BackgroundProcess.objects.filter(pk=process.pk).aupdate(signalled_at=timezone.now())
     if stopped:
         await asyncio.sleep(KILL_GRACE_SECONDS)
         for process in stopped:
-            await executor.signal_group(process.pid, process.pgid, process.start_ticks, signal.SIGKILL)
+            try:
+                await executor.signal_group(process.pid, process.pgid, process.start_ticks, signal.SIGKILL)
+            except (ToolFailure, ExecutorLost, ExecutorFault) as error:
+                logger.error("could not SIGKILL background process %d of a revoked credential: %s", process.pid, error)
         await aevent(
             "credentials.background_stopped",
             None,

@@ -2,29 +2,61 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 from django.conf import settings
 
-from mcpserver.executor.interface import Executor
-from mcpserver.executor.local import LocalExecutor
+from mcpserver.executor.child import ExecutorChild
+from mcpserver.executor.remote import RemoteExecutor, ping
+from mcpserver.executor.wire import FrameError
 from mcpserver.limits import ConcurrencyLimiter, RateLimiter
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
 class Runtime:
-    executor: Executor
+    executor: RemoteExecutor
+    # The executor this process started itself (development), or None when it is a separate service (production).
+    executor_child: ExecutorChild | None
     rate_limiter: RateLimiter
     concurrency: ConcurrencyLimiter
     result_cap: int
 
 
+def build_executor() -> tuple[RemoteExecutor, ExecutorChild | None]:
+    root = str(settings.WORKSPACE_ROOT)
+    if settings.EXECUTOR_SOCKET:
+        return RemoteExecutor(settings.EXECUTOR_SOCKET, root), None
+    child = ExecutorChild(root, settings.TOOL_ENV_ALLOW)
+    return RemoteExecutor(child.socket_path, root, ensure_running=child.ensure_running, on_lost=child.lost), child
+
+
 @cache
 def get_runtime() -> Runtime:
+    executor, child = build_executor()
     return Runtime(
-        executor=LocalExecutor(str(settings.WORKSPACE_ROOT), settings.TOOL_ENV_ALLOW),
+        executor=executor,
+        executor_child=child,
         rate_limiter=RateLimiter(settings.RATE_LIMIT_PER_MINUTE),
         concurrency=ConcurrencyLimiter(settings.MAX_CONCURRENT_CALLS),
         result_cap=settings.RESULT_CAP_BYTES,
     )
+
+
+def executor_identity() -> dict[str, Any] | None:
+    """Who runs the tools, asked of the executor itself; None if it does not answer. Blocking (for sync views).
+
+    In development a child that died is started again here, as before a tool call.
+    """
+    runtime = get_runtime()
+    try:
+        if runtime.executor_child is not None:
+            runtime.executor_child.start()
+        return ping(runtime.executor.socket_path)
+    except (OSError, FrameError, RuntimeError) as error:
+        logger.error("the tool executor does not answer on %s: %s", runtime.executor.socket_path, error)
+        return None

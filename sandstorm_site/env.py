@@ -44,12 +44,15 @@ def env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name} must be 1/0, true/false, yes/no or on/off, not {raw!r}")
 
 
-def env_path(name: str, default: str, base: Path) -> Path:
-    """An absolute path; relative values are taken relative to `base`. Its parent must exist."""
+def env_path(name: str, default: str, base: Path, *, visible: bool = True) -> Path:
+    """An absolute path; relative values are taken relative to `base`. Its parent must exist, unless the path
+    belongs to another OS user (`visible=False`: this process may not be allowed to look)."""
     path = Path(env_str(name, default)).expanduser()
     if not path.is_absolute():
         path = base / path
     path = Path(os.path.normpath(path))
+    if not visible:
+        return path
     if not path.parent.is_dir():
         raise ImproperlyConfigured(f"{name}: the parent directory {path.parent} does not exist")
     if path.exists() and not path.is_dir():

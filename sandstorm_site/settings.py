@@ -18,7 +18,11 @@ MCP_PORT = env_int("SANDSTORM_MCP_PORT", 8080, minimum=1, maximum=65535)
 _default_host = f"[{MCP_HOST}]" if ":" in MCP_HOST else MCP_HOST
 PUBLIC_URL = env_url("SANDSTORM_PUBLIC_URL", f"http://{_default_host}:{MCP_PORT}")
 MCP_RESOURCE_URL = f"{PUBLIC_URL}/mcp"
-WORKSPACE_ROOT = env_path("SANDSTORM_WORKSPACE_ROOT", "./workspace", BASE_DIR)
+# The executor's Unix socket. Production: the executor runs under its own unit as the agent user and listens here.
+# Unset (development): the server starts the executor as its own child, under the server's OS user.
+EXECUTOR_SOCKET = env_str("SANDSTORM_EXECUTOR_SOCKET", "")
+# With a separate executor the workspace is the agent user's, which the server may not even be able to see.
+WORKSPACE_ROOT = env_path("SANDSTORM_WORKSPACE_ROOT", "./workspace", BASE_DIR, visible=not EXECUTOR_SOCKET)
 STATE_DIR = env_path("SANDSTORM_STATE_DIR", "./var", BASE_DIR)
 
 

@@ -1,8 +1,8 @@
 """The executor interface: all OS work the tools do (files, processes, git) goes through it.
 
-It takes plain data and returns plain data (strings, numbers, dataclasses of them), never Django objects, so that
-a later version can run it in a separate process as another OS user, reached over a Unix socket. It knows
-nothing of the database, settings, tokens or the audit log.
+It takes plain data and returns plain data (strings, numbers, dataclasses of them), never Django objects: it runs
+in a separate process as the agent user, reached over a Unix socket (service.py, remote.py). It knows nothing of
+the database, settings, tokens or the audit log.
 """
 
 from __future__ import annotations
@@ -80,3 +80,6 @@ class Executor(Protocol):
     # --- workspace -----------------------------------------------------------------------------------------------
     async def workspace_info(self) -> str: ...
     async def install(self, packages: list[str], manager: str) -> ExecResult: ...
+
+    # --- maintenance (not a tool) --------------------------------------------------------------------------------
+    async def prune_output(self) -> str: ...

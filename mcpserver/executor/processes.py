@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from mcpserver.executor.capture import ProgressRelay, StreamCapture, prune_output_dir, spill_stem
@@ -33,6 +34,9 @@ _BACKGROUND_SCRIPT = (
     'if [ "$(head -c 1 | wc -c)" -gt 0 ]; then printf "\\n[log cut at %s bytes]\\n" "$2"; cat >/dev/null; fi; '
     '} > "$3"'
 )
+
+# Told the pid and start ticks of a command as soon as it runs (so its group can be ended if we die mid-call).
+SpawnListener = Callable[[int, int], None]
 
 # Tasks that reap background processes: referenced here so they are not garbage-collected while they wait.
 _reapers: set[asyncio.Task[int]] = set()
@@ -152,6 +156,7 @@ async def run_process(
     listener: OutputListener | None,
     output_dir: Path,
     label: str,
+    on_spawn: SpawnListener | None = None,
 ) -> ExecResult:
     """Run `argv` (no shell) in its own process group, keeping at most `output_budget` bytes of its output."""
     if not os.path.isdir(cwd):
@@ -164,6 +169,8 @@ async def run_process(
     try:
         protocol = _Capture(streams, relay)
         transport = await _spawn(argv, cwd, env, protocol)
+        if on_spawn is not None:
+            on_spawn(transport.get_pid(), read_start_ticks(transport.get_pid()) or 0)
         try:
             timed_out = await _supervise(protocol, transport.get_pid(), timeout)
         except asyncio.CancelledError:
@@ -234,7 +241,13 @@ class ProcessOps:
         return str(directory)
 
     async def run_command(
-        self, command: str, cwd: str | None, timeout: float, output_budget: int, listener: OutputListener | None
+        self,
+        command: str,
+        cwd: str | None,
+        timeout: float,
+        output_budget: int,
+        listener: OutputListener | None,
+        on_spawn: SpawnListener | None = None,
     ) -> ExecResult:
         return await run_process(
             ["/bin/bash", "-c", command],
@@ -245,6 +258,7 @@ class ProcessOps:
             listener=listener,
             output_dir=self.workspace.output_dir(),
             label="exec",
+            on_spawn=on_spawn,
         )
 
     async def start_background(self, command: str, cwd: str | None) -> BackgroundStart:

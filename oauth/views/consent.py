@@ -10,8 +10,6 @@
 
 from __future__ import annotations
 
-import os
-import pwd
 import socket
 from datetime import timedelta
 from typing import Any
@@ -28,6 +26,7 @@ from oauth2_provider.views.mixins import OAuthLibMixin
 from oauthlib.oauth2.rfc6749 import errors
 
 from audit.recorder import event, request_actor
+from mcpserver.runtime import executor_identity
 from oauth.credentials import application_label
 from oauth.models import SCOPE_ALL, SCOPE_READ, ClientRegistration
 from oauth.policy import resource_target_error
@@ -38,8 +37,9 @@ CSP = "default-src 'none'; style-src 'self'; img-src 'self'; frame-ancestors 'no
 
 
 def agent_os_user() -> str:
-    """The OS user the tools run as: for now the server's own (the executor runs in-process)."""
-    return pwd.getpwuid(os.geteuid()).pw_name
+    """The OS user the tools run as, as the executor reports it (in production not the server's own user)."""
+    identity = executor_identity()
+    return str(identity["user"]) if identity else "the agent user (the tool executor is not answering right now)"
 
 
 def scope_descriptions(scopes: list[str]) -> list[str]:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+import pwd
 import secrets
 from typing import Any
 
@@ -27,7 +29,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if not options["no_migrate"]:
             call_command("migrate", interactive=False, verbosity=0)
-        settings.WORKSPACE_ROOT.mkdir(exist_ok=True)
+        if not settings.EXECUTOR_SOCKET:  # with a separate executor, the workspace is the agent user's to make
+            settings.WORKSPACE_ROOT.mkdir(exist_ok=True)
         with transaction.atomic():
             password = self.ensure_admin()
             token = self.ensure_token()
@@ -67,6 +70,8 @@ class Command(BaseCommand):
             write("  Password:   the one printed on first run (reset it: manage.py changepassword admin)")
         write(f"  MCP URL:    {settings.MCP_RESOURCE_URL}")
         write(f"  Workspace:  {settings.WORKSPACE_ROOT}")
+        if not settings.EXECUTOR_SOCKET:
+            write(f"  Tools run:  as OS user '{pwd.getpwuid(os.getuid()).pw_name}', the server's own user (development: an agent can read the database and keys; see README, Trust boundary)")
         shown = token or ("$SANDSTORM_MCP_TOKEN" if settings.MCP_BOOTSTRAP_TOKEN else "<your token>")
         if token:
             write(f"  Token:      {token}   <- shown once; only its hash is stored")

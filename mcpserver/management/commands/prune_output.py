@@ -1,29 +1,27 @@
-"""`manage.py prune_output`: the output-file cleanup the server also does as it writes, for a daily timer."""
+"""`manage.py prune_output`: the output-file cleanup the executor also does as it writes, for a daily timer."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
-from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
-from mcpserver.executor.capture import MAX_AGE_SECONDS, MAX_DIR_BYTES, prune_output_dir
-from mcpserver.executor.paths import OUTPUT_SUBDIR, SANDSTORM_DIR
+from mcpserver.executor.interface import ToolFailure
+from mcpserver.executor.remote import ExecutorFault, ExecutorLost
+from mcpserver.runtime import get_runtime
 
 
 class Command(BaseCommand):
     help = (
         "Delete saved command output under <workspace>/.sandstorm/output/ older than 7 days, then the oldest files "
-        "until the directory holds under 1 GiB. The server does the same whenever it saves output; a server with "
-        "no traffic relies on this. Safe to re-run."
+        "until the directory holds under 1 GiB. The executor does the same whenever it saves output; a server with "
+        "no traffic relies on this. Done by the executor (the workspace's owner). Safe to re-run."
     )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        directory = settings.WORKSPACE_ROOT / SANDSTORM_DIR / OUTPUT_SUBDIR
-        if not directory.is_dir():
-            self.stdout.write(f"Nothing to prune: {directory} does not exist.")
-            return
-        before = [path for path in directory.iterdir() if path.is_file()]
-        prune_output_dir(directory, max_age=MAX_AGE_SECONDS, max_bytes=MAX_DIR_BYTES)
-        removed = sum(1 for path in before if not path.exists())
-        self.stdout.write(f"Pruned {directory}: {removed} of {len(before)} files removed.")
+        try:
+            summary = asyncio.run(get_runtime().executor.prune_output())
+        except (ToolFailure, ExecutorLost, ExecutorFault) as error:
+            raise CommandError(str(error)) from error
+        self.stdout.write(summary)

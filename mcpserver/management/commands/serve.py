@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -16,10 +15,9 @@ class Command(BaseCommand):
         parser.add_argument("--unix-socket", help="listen on this Unix socket instead of TCP (production)")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        daphne = str(Path(sys.executable).parent / "daphne")
         # Daphne's own access log records query strings (a token could sit there): sandstorm_site.accesslog
-        # logs requests instead.
-        argv = [daphne, "--access-log", os.devnull]
+        # logs requests instead. `-m daphne`: the interpreter we run under, whatever its bin dir holds.
+        argv = [sys.executable, "-m", "daphne", "--access-log", os.devnull]
         if options["unix_socket"]:
             argv += ["--proxy-headers", "-u", options["unix_socket"]]
         else:
@@ -28,4 +26,4 @@ class Command(BaseCommand):
         self.stdout.write(f"Starting Daphne: {settings.PUBLIC_URL} (Ctrl-C to stop)")
         sys.stdout.flush()
         os.chdir(settings.BASE_DIR)
-        os.execv(daphne, argv)
+        os.execv(sys.executable, argv)

@@ -1,0 +1,227 @@
+"""The server's side of the executor socket: the Executor interface, each call one connection to the executor.
+
+Cancelling a call closes its connection, and the executor ends what the call was running. If the executor dies
+mid-call, the call fails with `ExecutorLost` (recorded as interrupted), and the command it had started is ended as
+soon as an executor answers again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+from mcpserver.executor import wire
+from mcpserver.executor.interface import BackgroundStart, ExecResult, OutputListener, ToolFailure
+
+logger = logging.getLogger(__name__)
+
+ORPHAN_KILL_DEADLINE = 120.0  # how long to keep trying to end a command whose executor died under it
+
+
+class ExecutorUnavailable(ToolFailure):
+    """No executor answers on the socket: the call was not run."""
+
+
+class ExecutorLost(Exception):
+    """The executor went away during a call: whether the work was done is unknown (the call was interrupted)."""
+
+
+class ExecutorFault(Exception):
+    """The executor answered with an internal error (a bug or a broken host, not the agent's doing)."""
+
+
+# Makes sure an executor is listening before a connection is tried (the development child restarts it), and
+# lets a dying one finish dying after a lost call, so the next call does not connect to its closing socket.
+Starter = Callable[[], Awaitable[None]]
+
+
+class RemoteExecutor:
+    def __init__(
+        self, socket_path: str, root: str, ensure_running: Starter | None = None, on_lost: Starter | None = None
+    ) -> None:
+        self.socket_path = socket_path
+        self.root = root
+        self._ensure_running = ensure_running
+        self._on_lost = on_lost
+        self._cleanups: set[asyncio.Task[None]] = set()
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if self._ensure_running is not None:
+            try:
+                await self._ensure_running()
+            except RuntimeError as error:
+                raise ExecutorUnavailable(f"Error: the tool executor could not be started: {error}") from error
+        try:
+            return await asyncio.open_unix_connection(self.socket_path, limit=1 << 20)
+        except (FileNotFoundError, ConnectionRefusedError) as error:
+            raise ExecutorUnavailable(
+                f"Error: the tool executor is not running (nothing answers on {self.socket_path}); "
+                "no tool can run until it is back. The server's /health shows its state."
+            ) from error
+
+    async def call(self, op: str, listener: OutputListener | None = None, **args: Any) -> Any:
+        reader, writer = await self._connect()
+        spawned: dict[str, int] | None = None
+        try:
+            writer.write(wire.encode({"op": op, "args": args}))
+            while True:
+                try:
+                    frame = await wire.read_frame(reader)
+                except (ConnectionError, wire.FrameError) as error:
+                    raise ExecutorLost(str(error)) from error
+                if frame is None:
+                    raise ExecutorLost("the executor closed the connection before answering")
+                if "output" in frame:
+                    if listener is not None:
+                        await listener(str(frame["output"]))
+                elif "spawned" in frame:
+                    spawned = frame["spawned"]
+                else:
+                    return self._final(op, frame)
+        except ExecutorLost:
+            if self._on_lost is not None:
+                await self._on_lost()
+            if spawned is not None:
+                self._end_orphan_later(spawned["pid"], spawned["start_ticks"])
+            raise
+        finally:
+            writer.close()
+
+    def _final(self, op: str, frame: dict[str, Any]) -> Any:
+        if "ok" in frame:
+            return wire.from_wire(frame["ok"])
+        if "fail" in frame:
+            raise ToolFailure(str(frame["fail"]))
+        if "refused" in frame:
+            raise ExecutorUnavailable(f"Error: the tool executor refused this server: {frame['refused']}")
+        raise ExecutorFault(f"{op}: {frame.get('error', 'malformed answer')}")
+
+    def _end_orphan_later(self, pid: int, start_ticks: int) -> None:
+        task = asyncio.get_running_loop().create_task(self._end_orphan(pid, start_ticks))
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
+
+    async def _end_orphan(self, pid: int, start_ticks: int) -> None:
+        """Kill the group of a command whose executor died, once an executor answers again (same user)."""
+        deadline = asyncio.get_running_loop().time() + ORPHAN_KILL_DEADLINE
+        while asyncio.get_running_loop().time() < deadline:
+            try:
+                ended = await self.signal_group(pid, pid, start_ticks, signal.SIGKILL)
+            except (ExecutorUnavailable, ExecutorLost, ExecutorFault):
+                await asyncio.sleep(1.0)
+                continue
+            logger.info("ended process group %d left by a lost executor: %s", pid, "killed" if ended else "already gone")
+            return
+        logger.warning("could not end process group %d left by a lost executor", pid)
+
+    async def identity(self) -> dict[str, Any]:
+        return cast(dict[str, Any], await self.call("ping"))
+
+    # --- files ---------------------------------------------------------------------------------------------------
+    async def read_file(self, path: str, offset: int | None, limit: int | None, max_bytes: int) -> str:
+        return cast(str, await self.call("read_file", path=path, offset=offset, limit=limit, max_bytes=max_bytes))
+
+    async def write_file(self, path: str, content: str) -> str:
+        return cast(str, await self.call("write_file", path=path, content=content))
+
+    async def delete_file(self, path: str) -> str:
+        return cast(str, await self.call("delete_file", path=path))
+
+    async def list_dir(self, path: str, recursive: bool) -> str:
+        return cast(str, await self.call("list_dir", path=path, recursive=recursive))
+
+    async def move(self, source: str, dest: str) -> str:
+        return cast(str, await self.call("move", source=source, dest=dest))
+
+    async def mkdir(self, path: str) -> str:
+        return cast(str, await self.call("mkdir", path=path))
+
+    # --- processes -----------------------------------------------------------------------------------------------
+    async def run_command(
+        self, command: str, cwd: str | None, timeout: float, output_budget: int, listener: OutputListener | None
+    ) -> ExecResult:
+        return cast(
+            ExecResult,
+            await self.call(
+                "run_command",
+                listener,
+                command=command,
+                cwd=cwd,
+                timeout=timeout,
+                output_budget=output_budget,
+                stream=listener is not None,
+            ),
+        )
+
+    async def start_background(self, command: str, cwd: str | None) -> BackgroundStart:
+        return cast(BackgroundStart, await self.call("start_background", command=command, cwd=cwd))
+
+    async def process_start_ticks(self, pid: int) -> int | None:
+        return cast("int | None", await self.call("process_start_ticks", pid=pid))
+
+    async def signal_group(self, pid: int, pgid: int, start_ticks: int, signum: int) -> bool:
+        return bool(await self.call("signal_group", pid=pid, pgid=pgid, start_ticks=start_ticks, signum=int(signum)))
+
+    # --- git -----------------------------------------------------------------------------------------------------
+    async def git_clone(self, repo_url: str, path: str | None, branch: str | None) -> str:
+        return cast(str, await self.call("git_clone", repo_url=repo_url, path=path, branch=branch))
+
+    async def git_status(self, path: str | None) -> str:
+        return cast(str, await self.call("git_status", path=path))
+
+    async def git_commit(self, message: str, path: str | None) -> str:
+        return cast(str, await self.call("git_commit", message=message, path=path))
+
+    async def git_push(self, remote: str | None, branch: str | None, path: str | None) -> str:
+        return cast(str, await self.call("git_push", remote=remote, branch=branch, path=path))
+
+    async def git_pull(self, remote: str | None, branch: str | None, path: str | None) -> str:
+        return cast(str, await self.call("git_pull", remote=remote, branch=branch, path=path))
+
+    async def git_branch(self, name: str | None, path: str | None) -> str:
+        return cast(str, await self.call("git_branch", name=name, path=path))
+
+    async def git_checkout(self, branch: str, path: str | None) -> str:
+        return cast(str, await self.call("git_checkout", branch=branch, path=path))
+
+    async def git_diff(self, path: str | None) -> str:
+        return cast(str, await self.call("git_diff", path=path))
+
+    async def git_log(self, n: int, path: str | None) -> str:
+        return cast(str, await self.call("git_log", n=n, path=path))
+
+    # --- workspace -----------------------------------------------------------------------------------------------
+    async def workspace_info(self) -> str:
+        return cast(str, await self.call("workspace_info"))
+
+    async def install(self, packages: list[str], manager: str) -> ExecResult:
+        return cast(ExecResult, await self.call("install", packages=packages, manager=manager))
+
+    # --- maintenance (not a tool) --------------------------------------------------------------------------------
+    async def prune_output(self) -> str:
+        return cast(str, await self.call("prune_output"))
+
+
+def ping(socket_path: str, timeout: float = 2.0) -> dict[str, Any]:
+    """A blocking liveness check for synchronous code (/health): the executor's identity, or an OSError."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+        connection.settimeout(timeout)
+        connection.connect(socket_path)
+        connection.sendall(wire.encode({"op": "ping", "args": {}}))
+        data = b""
+        while True:
+            chunk = connection.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    if len(data) < wire.HEADER.size:
+        raise ConnectionError("the executor closed the connection without answering")
+    (length,) = wire.HEADER.unpack(data[: wire.HEADER.size])
+    frame = wire.decode(data[wire.HEADER.size : wire.HEADER.size + length])
+    if "ok" not in frame:
+        raise ConnectionError(str(frame.get("refused") or frame.get("error") or "malformed answer"))
+    return cast(dict[str, Any], frame["ok"])

@@ -1,0 +1,176 @@
+"""The executor process: the tools' OS work, done as the agent user, for the one server uid it was told to serve.
+
+It holds no database connection, no Django settings and no secrets; it knows the workspace, the environment tool
+processes get, and which uid may connect. Every connection is checked with SO_PEERCRED before a byte is read, so a
+process the agent started (running as the agent user, like this one) cannot ask it for anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import pwd
+import shutil
+import socket
+import struct
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from mcpserver.executor import wire
+from mcpserver.executor.interface import ToolFailure
+from mcpserver.executor.local import LocalExecutor
+
+logger = logging.getLogger("sandstorm.executor")
+
+# The requests the executor answers: the Executor interface's methods, and `ping` for liveness checks.
+OPERATIONS = frozenset(
+    {
+        "read_file", "write_file", "delete_file", "list_dir", "move", "mkdir",
+        "run_command", "start_background", "process_start_ticks", "signal_group",
+        "git_clone", "git_status", "git_commit", "git_push", "git_pull", "git_branch", "git_checkout", "git_diff",
+        "git_log", "workspace_info", "install", "prune_output",
+    }
+)  # fmt: skip
+_PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+REFUSAL_LINGER = 2.0  # seconds a refused peer has to read why before the connection is closed
+
+
+def peer_uid(connection: socket.socket) -> int:
+    """The uid of the process at the other end of a Unix socket, as the kernel recorded it at connect time."""
+    _pid, uid, _gid = _PEERCRED.unpack(connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+    return uid
+
+
+def refusal_for(uid: int, allowed_uid: int) -> str | None:
+    """Why a peer with `uid` is refused, or None if it is the server."""
+    if uid == allowed_uid:
+        return None
+    return f"connection refused: peer uid {uid} is not the server's uid {allowed_uid}"
+
+
+class ExecutorService:
+    def __init__(self, executor: LocalExecutor, allowed_uid: int) -> None:
+        self.executor = executor
+        self.allowed_uid = allowed_uid
+        self._connections: set[asyncio.Task[None]] = set()
+
+    def identity(self) -> dict[str, Any]:
+        account = pwd.getpwuid(os.getuid())
+        try:
+            disk_free: int | None = shutil.disk_usage(self.executor.root).free
+        except OSError:
+            disk_free = None
+        return {
+            "pid": os.getpid(),
+            "uid": os.getuid(),
+            "user": account.pw_name,
+            "root": self.executor.root,
+            "disk_free": disk_free,
+        }
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        try:
+            connection = writer.get_extra_info("socket")
+            refused = refusal_for(peer_uid(connection), self.allowed_uid)
+            if refused is not None:
+                logger.warning("%s", refused)
+                writer.write(wire.encode({"refused": refused}))
+                await self._linger(reader, writer)
+                return
+            await self._serve_one(reader, writer)
+        except (ConnectionError, wire.FrameError) as error:
+            logger.warning("dropped a connection: %s", error)
+        finally:
+            self._connections.discard(task)
+            writer.close()
+
+    @staticmethod
+    async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Let the refusal arrive: closing with the peer's request unread would reset the connection first."""
+        await writer.drain()
+        writer.write_eof()
+        try:
+            async with asyncio.timeout(REFUSAL_LINGER):
+                while await reader.read(65536):
+                    pass
+        except TimeoutError:
+            pass
+
+    async def _serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        request = await wire.read_frame(reader)
+        if request is None:
+            return
+        call = asyncio.ensure_future(self._answer(request, writer))
+        hang_up = asyncio.ensure_future(reader.read(1))  # the server closes the connection to cancel the call
+        await asyncio.wait({call, hang_up}, return_when=asyncio.FIRST_COMPLETED)
+        if not call.done():
+            call.cancel()  # a running command's process group is ended by its own cancellation handling
+        hang_up.cancel()
+        await asyncio.gather(call, hang_up, return_exceptions=True)
+        if not call.cancelled() and call.exception() is None:
+            await writer.drain()
+
+    async def _answer(self, request: dict[str, Any], writer: asyncio.StreamWriter) -> None:
+        answer = await self._result(request, writer)
+        try:
+            frame = wire.encode(answer)
+        except wire.FrameError as error:
+            frame = wire.encode({"error": str(error)})
+        writer.write(frame)
+
+    async def _result(self, request: dict[str, Any], writer: asyncio.StreamWriter) -> dict[str, Any]:
+        op, args = request.get("op"), request.get("args")
+        if op == "ping":
+            return {"ok": self.identity()}
+        if op not in OPERATIONS or not isinstance(args, dict):
+            return {"error": f"unknown request {op!r}"}
+        method: Callable[..., Awaitable[object]] = getattr(self.executor, op)
+        if op == "run_command":
+            stream = bool(args.pop("stream", False))
+            args.update(self._run_listeners(writer, stream))
+        try:
+            return {"ok": wire.to_wire(await method(**args))}
+        except ToolFailure as failure:
+            return {"fail": str(failure)}
+        except TypeError as error:  # arguments that do not fit the operation: a server bug, not the agent's
+            logger.exception("bad arguments for %s", op)
+            return {"error": f"bad arguments for {op}: {error}"}
+        except Exception as error:  # the process boundary: any fault becomes an answer, never a silent hang-up
+            logger.exception("%s failed", op)
+            return {"error": f"{op} failed in the executor: {type(error).__name__}: {error}"}
+
+    @staticmethod
+    def _run_listeners(writer: asyncio.StreamWriter, stream: bool) -> dict[str, Any]:
+        async def listener(text: str) -> None:
+            writer.write(wire.encode({"output": text}))
+            await writer.drain()
+
+        def on_spawn(pid: int, start_ticks: int) -> None:
+            writer.write(wire.encode({"spawned": {"pid": pid, "start_ticks": start_ticks}}))
+
+        return {"listener": listener if stream else None, "on_spawn": on_spawn}
+
+    async def cancel_all(self) -> None:
+        """Shut-down: cancel the calls in flight, which ends the commands they run (not background processes)."""
+        for task in list(self._connections):
+            task.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
+
+
+def bind_socket(path: Path) -> socket.socket:
+    """A listening Unix socket at `path`, replacing a stale one. Anyone may connect: SO_PEERCRED decides."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    os.chmod(path, 0o666)
+    listener.listen(128)
+    return listener

@@ -1,0 +1,226 @@
+"""The executor process and its socket, without a server: the peer check, the protocol, cancellation, liveness.
+
+Each test talks to a real `python -m mcpserver.executor` process through the server's own client (RemoteExecutor).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mcpserver.executor import wire
+from mcpserver.executor.child import ExecutorChild
+from mcpserver.executor.interface import ExecResult, ToolFailure
+from mcpserver.executor.remote import ExecutorFault, ExecutorLost, ExecutorUnavailable, RemoteExecutor
+from mcpserver.executor.service import refusal_for
+from tests.live import REPO, live_pids_with, poll
+
+pytestmark = [pytest.mark.anyio]
+NOBODY = 65534
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # the client uses asyncio streams, as under Daphne
+
+
+@pytest.fixture
+def child(tmp_path: Path) -> Iterator[ExecutorChild]:
+    (tmp_path / "ws").mkdir()
+    executor = ExecutorChild(str(tmp_path / "ws"))
+    executor.start()
+    yield executor
+    executor.stop()
+
+
+def remote(child: ExecutorChild) -> RemoteExecutor:
+    return RemoteExecutor(child.socket_path, child.workspace, ensure_running=child.ensure_running, on_lost=child.lost)
+
+
+def start_executor(workspace: Path, allow_uid: int) -> tuple[subprocess.Popen[bytes], str]:
+    """An executor serving `allow_uid`, its socket in a directory any user may enter (the peer check guards it)."""
+    directory = tempfile.mkdtemp(prefix="sst-exec-test-")
+    os.chmod(directory, 0o755)
+    path = f"{directory}/executor.sock"
+    argv = [sys.executable, "-m", "mcpserver.executor", "--socket", path, "--workspace", str(workspace)]
+    process = subprocess.Popen([*argv, "--allow-uid", str(allow_uid), "--log-format", "text"], cwd=REPO)
+    poll(lambda: os.path.exists(path), 20, what="the executor's socket")
+    return process, path
+
+
+def test_the_peer_check_accepts_only_the_servers_uid() -> None:
+    # Faked input: the uid the kernel reports (see the tests below for real peers of other uids).
+    assert refusal_for(1000, 1000) is None
+    refused = refusal_for(1001, 1000)
+    assert refused is not None and "1001" in refused and "1000" in refused
+
+
+async def test_a_peer_whose_uid_is_not_the_servers_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    # A real peer: this process, whose uid is not the one the executor was told to serve.
+    process, path = start_executor(tmp_path, allow_uid=os.getuid() + 4242)
+    try:
+        executor = RemoteExecutor(path, str(tmp_path))
+        with pytest.raises(ExecutorUnavailable, match=f"refused.*peer uid {os.getuid()}"):
+            await executor.write_file("planted.txt", "x")
+        assert not (tmp_path / "planted.txt").exists()
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def _ping_as(uid: int, path: str) -> bytes:
+    """Connect as `uid` from a forked child (root drops to it) and return the executor's raw answer."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: only system calls until _exit
+        try:
+            os.setgid(uid)
+            os.setuid(uid)
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+                connection.settimeout(10)
+                connection.connect(path)
+                connection.sendall(wire.encode({"op": "ping", "args": {}}))
+                answer = b""
+                while chunk := connection.recv(65536):
+                    answer += chunk
+            os.write(write_end, answer)
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as reader:
+        answer = reader.read()
+    os.waitpid(pid, 0)
+    return answer
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="connecting as a second uid needs root to setuid (CI runs as root)")
+def test_a_connection_from_another_real_uid_is_refused(tmp_path: Path) -> None:
+    # A real second uid: a child of this test drops to `nobody` and connects, as an agent's process would.
+    process, path = start_executor(tmp_path, allow_uid=0)
+    try:
+        refused = wire.decode(_ping_as(NOBODY, path)[wire.HEADER.size :])
+        assert refused == {"refused": f"connection refused: peer uid {NOBODY} is not the server's uid 0"}
+        accepted = wire.decode(_ping_as(0, path)[wire.HEADER.size :])
+        assert accepted["ok"]["uid"] == 0
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+async def test_a_command_streams_its_output_and_returns_its_result(child: ExecutorChild) -> None:
+    pieces: list[str] = []
+
+    async def listener(text: str) -> None:
+        pieces.append(text)
+
+    command = "for i in 1 2 3; do echo line$i; sleep 0.3; done; echo oops >&2; exit 3"
+    result = await remote(child).run_command(command, None, 30, 65536, listener)
+    assert isinstance(result, ExecResult)
+    assert (result.stdout, result.stderr, result.exit_code, result.timed_out) == ("line1\nline2\nline3\n", "oops\n", 3, False)
+    assert "".join(pieces).count("line") == 3 and len(pieces) >= 2  # it arrived as it was printed, not at the end
+
+
+async def test_a_tool_failure_reaches_the_server_with_its_message(child: ExecutorChild) -> None:
+    with pytest.raises(ToolFailure, match="^Error: .*missing.txt"):
+        await remote(child).read_file("missing.txt", None, None, 1000)
+    with pytest.raises(ToolFailure, match="outside the allowed directory"):
+        await remote(child).read_file("../../etc/passwd", None, None, 1000)
+
+
+async def test_an_unknown_operation_or_bad_arguments_is_a_fault_not_a_hang(child: ExecutorChild) -> None:
+    with pytest.raises(ExecutorFault, match="unknown request"):
+        await remote(child).call("__init__")
+    with pytest.raises(ExecutorFault, match="bad arguments"):
+        await remote(child).call("read_file", nonsense=1)
+
+
+async def test_cancelling_a_call_ends_the_command_it_runs(child: ExecutorChild) -> None:
+    marker = f"cancel-{uuid.uuid4().hex}"
+    call = asyncio.ensure_future(remote(child).run_command(f"sleep 60; : {marker}", None, 120, 65536, None))
+    await asyncio.to_thread(poll, lambda: live_pids_with(marker), 15, what="the command")
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    await asyncio.to_thread(poll, lambda: not live_pids_with(marker), 10, what="the command to be ended")
+
+
+async def test_an_executor_killed_mid_call_interrupts_the_call_and_the_next_call_works(child: ExecutorChild) -> None:
+    executor = remote(child)
+    marker = f"lost-{uuid.uuid4().hex}"
+    first_pid = child.pid
+    call = asyncio.ensure_future(executor.run_command(f"sleep 60; : {marker}", None, 120, 65536, None))
+    await asyncio.to_thread(poll, lambda: live_pids_with(marker), 15, what="the command")
+    assert first_pid is not None
+    os.kill(first_pid, signal.SIGKILL)
+    with pytest.raises(ExecutorLost):
+        await call
+    result = await executor.run_command("echo back", None, 30, 65536, None)
+    assert result.stdout == "back\n"
+    assert child.restarts == 1 and child.pid != first_pid
+    # The command the dead executor left behind is ended by the new one.
+    await asyncio.to_thread(poll, lambda: not live_pids_with(marker), 15, what="the orphaned command to be ended")
+
+
+async def test_a_background_process_outlives_its_executor_and_a_new_one_can_signal_it(child: ExecutorChild) -> None:
+    started = await remote(child).start_background("sleep 300", None)
+    child.stop()  # SIGTERM: the executor ends calls in flight, never background processes
+    assert (await remote(child).process_start_ticks(started.pid)) == started.start_ticks  # a new child answers
+    assert await remote(child).signal_group(started.pid, started.pgid, started.start_ticks, signal.SIGKILL)
+    await asyncio.to_thread(poll, lambda: started.pid not in live_pids_with("sleep 300"), 10, what="the process to end")
+
+
+def test_the_executor_gets_none_of_the_servers_secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = f"sst_{uuid.uuid4().hex}"
+    for name in ("SANDSTORM_MCP_TOKEN", "SANDSTORM_ADMIN_PASSWORD", "SANDSTORM_SECRET_KEY", "DATABASE_URL"):
+        monkeypatch.setenv(name, secret)
+    monkeypatch.setenv("ALLOWED_FOR_TOOLS", "visible")
+    executor = ExecutorChild(str(tmp_path), env_allow=["ALLOWED_FOR_TOOLS"])
+    executor.start()
+    try:
+        environ = Path(f"/proc/{executor.pid}/environ").read_bytes()
+        assert secret.encode() not in environ
+        assert b"ALLOWED_FOR_TOOLS=visible" in environ
+    finally:
+        executor.stop()
+
+
+def test_a_child_executor_exits_when_its_server_goes_away(child: ExecutorChild) -> None:
+    process = child._process
+    assert process is not None and process.stdin is not None
+    process.stdin.close()  # what the kernel does to the pipe when the server dies, however it dies
+    assert process.wait(10) == 0
+    assert not os.path.exists(child.socket_path)
+
+
+async def test_nothing_answers_on_a_missing_socket(tmp_path: Path) -> None:
+    executor = RemoteExecutor(str(tmp_path / "none.sock"), str(tmp_path))
+    with pytest.raises(ExecutorUnavailable, match="not running"):
+        await executor.workspace_info()
+
+
+@pytest.mark.parametrize("body", [b"[1, 2]", b"not json", b"\xff\xfe"])
+def test_a_frame_that_is_not_a_json_object_is_rejected(body: bytes) -> None:
+    with pytest.raises(wire.FrameError):
+        wire.decode(body)
+
+
+async def test_a_frame_over_the_size_limit_is_rejected_before_it_is_read() -> None:
+    reader = asyncio.StreamReader()
+    reader.feed_data(wire.HEADER.pack(wire.MAX_FRAME + 1))
+    with pytest.raises(wire.FrameError, match="over"):
+        await wire.read_frame(reader)
+
+
+def test_results_keep_their_types_across_the_wire() -> None:
+    result = ExecResult("out", "err", 0, False, False, 5, None, 3, 3)
+    assert wire.from_wire(wire.decode(wire.encode({"ok": wire.to_wire(result)})[wire.HEADER.size :])["ok"]) == result
