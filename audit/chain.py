@@ -17,6 +17,7 @@ from django.db import connection, transaction
 from django.utils.dateparse import parse_datetime
 
 from audit.models import AuditRecord, ChainCheckpoint, ChainHead
+from audit.storable import storable_json, storable_text
 
 GENESIS_MAC = "0" * 64
 # Every field the mac covers, in a fixed order. `id` is left out: the chain itself fixes the order.
@@ -89,18 +90,45 @@ def record_values(record: AuditRecord) -> list[Any]:
     return [getattr(record, name) for name in CHAINED_FIELDS]
 
 
+def make_storable(record: AuditRecord) -> None:
+    """Put `record`'s content in the form the database gives back, so its mac verifies on every database."""
+    for name in CHAINED_FIELDS:
+        value = getattr(record, name)
+        if name in JSON_FIELDS:
+            setattr(record, name, storable_json(value))
+        elif isinstance(value, str):
+            setattr(record, name, storable_text(value))
+
+
+def lock_head() -> ChainHead:
+    """The chain head, locked until the surrounding transaction ends: whoever holds it is the chain's only writer.
+
+    On PostgreSQL the row lock is what serialises writers (SQLite's IMMEDIATE transactions already do), and the
+    row must exist to be locked: two first writers could otherwise both start from the genesis. The head of an
+    empty chain is the genesis mac with record 0, which is also what chain_head() reports when there is no row.
+    """
+    head = ChainHead.objects.select_for_update().filter(pk=1).first()
+    if head is None:
+        # Whoever inserts second waits here for the first to commit, then inserts nothing.
+        ChainHead.objects.bulk_create([ChainHead(pk=1, mac=GENESIS_MAC, last_record_id=0)], ignore_conflicts=True)
+        head = ChainHead.objects.select_for_update().get(pk=1)
+    return head
+
+
 def append(record: AuditRecord) -> AuditRecord:
-    """Insert `record` at the head of the chain. Writers serialize on the ChainHead row, so the chain cannot fork."""
+    """Insert `record` at the head of the chain. Writers serialize on the ChainHead row, so the chain cannot fork.
+
+    Holding the lock until commit also means records commit in id order, so a reader that has seen record N has
+    seen every record before it.
+    """
     key = settings.AUDIT_HMAC_KEY
+    make_storable(record)
     with transaction.atomic():
-        head = ChainHead.objects.select_for_update().filter(pk=1).first()
-        record.prev_mac = head.mac if head else GENESIS_MAC
+        head = lock_head()
+        record.prev_mac = head.mac
         record.mac = compute_mac(key, record_values(record), record.prev_mac)
         record.save(force_insert=True)
-        if head is None:
-            ChainHead.objects.create(pk=1, mac=record.mac, last_record_id=record.id)
-        else:
-            ChainHead.objects.filter(pk=1).update(mac=record.mac, last_record_id=record.id)
+        ChainHead.objects.filter(pk=1).update(mac=record.mac, last_record_id=record.id)
     return record
 
 

@@ -7,6 +7,7 @@ import os
 import socket
 from datetime import timedelta
 
+from django.db import IntegrityError
 from django.utils import timezone
 
 from audit.models import KIND_STARTED, OUTCOME_INTERRUPTED, AuditRecord, ServerInstance
@@ -61,12 +62,15 @@ def recover_interrupted(current_instance: str) -> int:
         instance = instances.get(started.instance_id)
         if instance is not None and is_alive(instance):
             continue  # still running in another process
-        call_finished(
-            started,
-            OUTCOME_INTERRUPTED,
-            reason="the server process running this call stopped before it finished",
-            instance_id=current_instance,
-        )
+        try:
+            call_finished(
+                started,
+                OUTCOME_INTERRUPTED,
+                reason="the server process running this call stopped before it finished",
+                instance_id=current_instance,
+            )
+        except IntegrityError:  # finished meanwhile by another server process starting at the same moment
+            continue
         count += 1
     if count:
         logger.warning("marked %d call(s) of stopped server instances as interrupted", count)

@@ -17,6 +17,7 @@ from django.dispatch import Signal
 from django.utils import timezone
 from oauth2_provider.models import AccessToken, Application, Grant, RefreshToken
 
+from audit.chain import lock_head
 from audit.recorder import Actor, event
 from oauth.credentials import application_label, oauth_key
 from oauth.models import CodeExchange, Revocation
@@ -38,9 +39,14 @@ def announce(
     unique, prefix_list = sorted(set(keys)), sorted(set(prefixes))
     if not unique and not prefix_list:
         return None
-    revocation = Revocation.objects.create(
-        keys=unique, prefixes=prefix_list, reason=reason, stop_background=stop_background, username=by.username if by else ""
-    )
+    with transaction.atomic():
+        # Each server's watcher reads revocations by rising id and remembers the last it applied, so ids must
+        # commit in their order. Concurrent PostgreSQL transactions could commit ids out of order; the audit
+        # chain's lock (taken by the event recorded with every revocation anyway) makes them wait their turn.
+        lock_head()
+        revocation = Revocation.objects.create(
+            keys=unique, prefixes=prefix_list, reason=reason, stop_background=stop_background, username=by.username if by else ""
+        )
     transaction.on_commit(lambda: credentials_revoked.send(sender=Revocation, revocation=revocation))
     return revocation
 
@@ -72,9 +78,11 @@ def revoke_clients(applications: QuerySet[Application], by: Actor | None) -> int
     with transaction.atomic():
         chosen = list(applications)
         keys = client_keys(app.pk for app in chosen)
-        for application in chosen:
-            counts = revoke_everything_of(Application.objects.filter(pk=application.pk))
-            event("oauth.client_revoked", by, client_id=application.client_id, client=application_label(application.name, application.client_id), **counts)
+        # Every token first, then the audit records: whoever holds the audit chain's lock takes no other row lock
+        # after it, so two transactions never wait for each other in a circle (a deadlock on PostgreSQL).
+        counts = [revoke_everything_of(Application.objects.filter(pk=application.pk)) for application in chosen]
+        for application, revoked in zip(chosen, counts, strict=True):
+            event("oauth.client_revoked", by, client_id=application.client_id, client=application_label(application.name, application.client_id), **revoked)
         announce(keys, reason=Revocation.REASON_CLIENT, by=by)
     return len(chosen)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -114,17 +114,29 @@ TEMPLATES = [
 
 
 def _database_from_url(url: str) -> dict[str, object]:
+    """postgres://user:password@host:port/name?option=value: options (sslmode, connect_timeout, host=/run/postgresql
+    for a Unix socket, ...) go to libpq as they are."""
     parts = urlsplit(url)
     if parts.scheme not in {"postgres", "postgresql"}:
         raise ImproperlyConfigured(f"DATABASE_URL must be a postgres:// URL, not one with scheme {parts.scheme!r}")
+    name = unquote(parts.path.lstrip("/"))
+    if not name:
+        raise ImproperlyConfigured("DATABASE_URL must name the database: postgres://user:password@host:port/NAME")
+    try:
+        port = str(parts.port or "")
+    except ValueError as error:
+        raise ImproperlyConfigured(f"DATABASE_URL has a bad port ({error})") from None
     return {
         "ENGINE": "django.db.backends.postgresql",
-        "NAME": unquote(parts.path.lstrip("/")),
+        "NAME": name,
         "USER": unquote(parts.username or ""),
         "PASSWORD": unquote(parts.password or ""),
-        "HOST": parts.hostname or "",
-        "PORT": str(parts.port or ""),
+        "HOST": unquote(parts.hostname or ""),
+        "PORT": port,
+        "OPTIONS": dict(parse_qsl(parts.query)),
         "CONN_MAX_AGE": 60,
+        # One per test process, so two test runs against one server never share it (pytest-django creates it).
+        "TEST": {"NAME": f"test_{name}_{os.getpid()}"},
     }
 
 

@@ -12,8 +12,8 @@ from django.db import transaction
 from django.db.models import Count, Max, Min
 from django.utils import timezone as django_timezone
 
-from audit.chain import chain_head, verify
-from audit.models import AuditRecord, ChainCheckpoint, ChainHead
+from audit.chain import chain_head, lock_head, verify
+from audit.models import AuditRecord, ChainCheckpoint
 from audit.recorder import Actor, event
 
 
@@ -61,7 +61,7 @@ def find_cut(before: datetime) -> Cut | None:
 def prune(cut: Cut, before: datetime, by: str) -> ChainCheckpoint:
     """Delete the records of `cut`, leave a checkpoint and record the prune, all in one transaction."""
     with transaction.atomic():
-        ChainHead.objects.select_for_update().filter(pk=1).first()  # writers wait until the prune is done
+        lock_head()  # writers wait until the prune is done
         last_mac = AuditRecord.objects.filter(id=cut.last_id).values_list("mac", flat=True).first()
         if last_mac is None:
             raise CommandError(f"record {cut.last_id} vanished while pruning; nothing was removed")

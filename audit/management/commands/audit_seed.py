@@ -16,7 +16,7 @@ from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from audit.chain import CHAINED_FIELDS, GENESIS_MAC, compute_mac
+from audit.chain import CHAINED_FIELDS, compute_mac, lock_head
 from audit.models import KIND_EVENT, KIND_FINISHED, KIND_STARTED, AuditRecord, ChainHead
 
 SEED_INSTANCE = "bench-seed"
@@ -151,8 +151,7 @@ def _insert(records: list[Record]) -> None:
 def insert_batch(batch: list[Pending], key: bytes) -> None:
     """Chain `batch` onto the head and insert it, in one transaction holding the head's lock."""
     with transaction.atomic():
-        head = ChainHead.objects.select_for_update().filter(pk=1).first()
-        prev = head.mac if head else GENESIS_MAC
+        prev = lock_head().mac
         next_id = (AuditRecord.objects.aggregate(last=Max("id"))["last"] or 0) + 1
         records = []
         for offset, pending in enumerate(batch):
@@ -164,11 +163,12 @@ def insert_batch(batch: list[Pending], key: bytes) -> None:
             record["mac"] = prev = compute_mac(key, [record[name] for name in CHAINED_FIELDS], prev)
             records.append(record)
         _insert(records)
-        ChainHead.objects.update_or_create(pk=1, defaults={"mac": prev, "last_record_id": records[-1]["id"]})
-    # Explicit ids leave PostgreSQL's sequence behind; SQLite needs nothing.
-    with connection.cursor() as cursor:
-        for sql in connection.ops.sequence_reset_sql(no_style(), [AuditRecord]):
-            cursor.execute(sql)
+        ChainHead.objects.filter(pk=1).update(mac=prev, last_record_id=records[-1]["id"])
+        # Explicit ids leave PostgreSQL's sequence behind (SQLite needs nothing): move it on before the lock is let
+        # go, or the next writer's id would be one of ours.
+        with connection.cursor() as cursor:
+            for sql in connection.ops.sequence_reset_sql(no_style(), [AuditRecord]):
+                cursor.execute(sql)
 
 
 class Command(BaseCommand):
