@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 
 
@@ -13,6 +16,32 @@ def anyio_backend() -> str:
 @pytest.fixture(autouse=True)
 def _live_server_helper() -> None:
     """Turn off pytest-django's helper for its own `live_server`, a name our fixture below takes over."""
+
+
+@pytest.fixture(autouse=True)
+def _drop_live_databases() -> Iterator[None]:
+    """Under PostgreSQL, drop the databases of the live servers this test made (servers of wider-scoped fixtures
+    were made before this fixture started, and are dropped when the session ends)."""
+    from tests.database import ON_POSTGRES, drop_databases_made_since, made_databases
+
+    before = made_databases()
+    yield
+    if ON_POSTGRES:
+        drop_databases_made_since(before)
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """pytest-django's test database, but PostgreSQL's dropped even while worker threads of the code under test
+    (sync_to_async) still hold connections to it, which PostgreSQL would refuse."""
+    yield
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        with django_db_blocker.unblock(), connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
 
 
 @pytest.fixture(scope="session")
@@ -114,8 +143,13 @@ def oauth_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-u
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Remove the WAL side files Django leaves behind when it deletes this run's SQLite test database."""
+    """Drop the live servers' PostgreSQL databases still left; remove the WAL side files Django leaves behind when
+    it deletes this run's SQLite test database."""
     from django.conf import settings
+
+    from tests.database import drop_databases_made_since
+
+    drop_databases_made_since(frozenset())
 
     name = str(settings.DATABASES["default"].get("TEST", {}).get("NAME") or "")
     if name:

@@ -21,6 +21,8 @@ import psutil
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from tests.database import ON_POSTGRES, ServerDatabase, new_postgres_database
+
 REPO = Path(__file__).resolve().parent.parent
 START_DEADLINE = 30.0
 T = TypeVar("T")
@@ -81,10 +83,18 @@ class LiveServer:
     def state_dir(self) -> Path:
         return Path(self.env["SANDSTORM_STATE_DIR"])
 
+    @property
+    def database(self) -> ServerDatabase:
+        """The server's database (its SQLite file, or its own PostgreSQL database), for tests to read and tamper with."""
+        return ServerDatabase(self.env)
+
     def manage(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "manage.py", *args], cwd=REPO, env=self.env, capture_output=True, text=True, check=check, timeout=120
+        result = subprocess.run(
+            [sys.executable, "manage.py", *args], cwd=REPO, env=self.env, capture_output=True, text=True, timeout=120
         )
+        if check and result.returncode:
+            raise AssertionError(f"manage.py {' '.join(args)} exited with {result.returncode}:\n{result.stderr}")
+        return result
 
     def create_token(self, name: str, scope: str = "mcp") -> str:
         return self.manage("create_token", name, "--scope", scope).stdout.strip().splitlines()[-1]
@@ -140,8 +150,28 @@ def make_server(root: Path, **overrides: str) -> LiveServer:
         SANDSTORM_ADMIN_PASSWORD=password,
         PYTHONUNBUFFERED="1",
     )
+    if ON_POSTGRES and "DATABASE_URL" not in overrides:
+        # A database of its own on the suite's PostgreSQL server, as the state dir is its own; tests/conftest.py
+        # drops it after the test that made it, or at the end of the session for servers shared by many tests.
+        env["DATABASE_URL"] = new_postgres_database()
     env.update(overrides)
     return LiveServer(root=root, port=port, env=env, token=token, admin_password=password)
+
+
+def make_replica(server: LiveServer, root: Path) -> LiveServer:
+    """One more server process for `server`'s data, on a port of its own, as the processes behind one Caddy would
+    be: the same state dir (keys, SQLite file), workspace, database, bootstrap token and admin password."""
+    shared = {
+        "SANDSTORM_STATE_DIR": str(server.state_dir),
+        "SANDSTORM_WORKSPACE_ROOT": str(server.workspace),
+        "SANDSTORM_MCP_TOKEN": server.token,
+        "SANDSTORM_ADMIN_PASSWORD": server.admin_password,
+    }
+    if "DATABASE_URL" in server.env:
+        shared["DATABASE_URL"] = server.env["DATABASE_URL"]
+    replica = make_server(root, **shared)
+    replica.token, replica.admin_password = server.token, server.admin_password
+    return replica
 
 
 @contextlib.contextmanager

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import sqlite3
 import stat
 import uuid
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ from django.utils import timezone
 from audit import chain
 from audit.models import KIND_EVENT, AuditRecord, ChainCheckpoint, ChainHead
 from audit.recorder import Actor, call_finished, call_started, event
+from tests.database import copy_server_database
 from tests.live import LiveServer, mcp_client
 
 OK_LINE = re.compile(r"^OK: (\d+) records checked, chain intact \(head: record (\d+)\)$", re.MULTILINE)
@@ -66,13 +66,8 @@ def snapshot(server: LiveServer, root: Path) -> LiveServer:
     for name in ("audit_key", "secret_key"):
         if (server.state_dir / name).exists():
             shutil.copy2(server.state_dir / name, state / name)
-    source, target = sqlite3.connect(server.state_dir / "sandstorm.sqlite3"), sqlite3.connect(state / "sandstorm.sqlite3")
-    try:
-        source.backup(target)  # a consistent copy, WAL and all, while the server runs
-    finally:
-        source.close()
-        target.close()
-    return dataclasses.replace(server, root=root, process=None, env={**server.env, "SANDSTORM_STATE_DIR": str(state)})
+    copy = copy_server_database(server.env, state)  # a consistent copy while the server runs
+    return dataclasses.replace(server, root=root, process=None, env={**server.env, **copy})
 
 
 @pytest.fixture
@@ -80,43 +75,27 @@ def server_copy(live_server: LiveServer, marker: str, tmp_path: Path) -> LiveSer
     return snapshot(live_server, tmp_path)
 
 
-def database(server: LiveServer) -> sqlite3.Connection:
-    return sqlite3.connect(server.state_dir / "sandstorm.sqlite3")
-
-
 def record_ids(server: LiveServer) -> list[int]:
-    connection = database(server)
-    try:
-        return [row[0] for row in connection.execute("SELECT id FROM audit_auditrecord ORDER BY id")]
-    finally:
-        connection.close()
+    return [row["id"] for row in server.database.query("SELECT id FROM audit_auditrecord ORDER BY id")]
 
 
 def tamper(server: LiveServer, sql: str, *params: Any) -> None:
-    connection = database(server)
-    try:
-        with connection:
-            connection.execute(sql, params)
-    finally:
-        connection.close()
+    server.database.execute((sql, params))
 
 
 def swap_contents(server: LiveServer, first: int, second: int) -> None:
     """Exchange every column but the id between two records, mac and prev_mac included."""
-    connection = database(server)
-    try:
-        columns = [row[1] for row in connection.execute("PRAGMA table_info(audit_auditrecord)") if row[1] != "id"]
-        listed = ", ".join(columns)
-        selected = connection.execute(f"SELECT id, {listed} FROM audit_auditrecord WHERE id IN (?, ?)", (first, second))
-        rows = {row[0]: row[1:] for row in selected}
-        assignments = ", ".join(f"{column} = ?" for column in columns)
-        with connection:
-            # started_id is unique: clear the second's before the first takes it.
-            connection.execute("UPDATE audit_auditrecord SET started_id = NULL WHERE id = ?", (second,))
-            connection.execute(f"UPDATE audit_auditrecord SET {assignments} WHERE id = ?", (*rows[second], first))
-            connection.execute(f"UPDATE audit_auditrecord SET {assignments} WHERE id = ?", (*rows[first], second))
-    finally:
-        connection.close()
+    columns = [column for column in server.database.columns("audit_auditrecord") if column != "id"]
+    # Within the database, so every value keeps its type (JSON stays JSON on PostgreSQL).
+    assignments = ", ".join(f"{column} = other.{column}" for column in columns)
+    swap = f"UPDATE audit_auditrecord SET {assignments} FROM audit_swap AS other WHERE audit_auditrecord.id = %s AND other.id = %s"
+    server.database.execute(
+        ("CREATE TEMPORARY TABLE audit_swap AS SELECT * FROM audit_auditrecord WHERE id IN (%s, %s)", (first, second)),
+        # started_id is unique: clear both before either takes the other's.
+        ("UPDATE audit_auditrecord SET started_id = NULL WHERE id IN (%s, %s)", (first, second)),
+        (swap, (first, second)),
+        (swap, (second, first)),
+    )
 
 
 def assert_verify_fails_at(server: LiveServer, record_id: int) -> str:
@@ -138,7 +117,7 @@ def test_audit_verify_passes_on_the_chain_written_by_real_tool_calls(live_server
 def test_audit_verify_names_an_edited_record(server_copy: LiveServer) -> None:
     ids = record_ids(server_copy)
     middle = ids[len(ids) // 2]
-    tamper(server_copy, "UPDATE audit_auditrecord SET reason = reason || ' (edited)', username = 'x' WHERE id = ?", middle)
+    tamper(server_copy, "UPDATE audit_auditrecord SET reason = reason || ' (edited)', username = 'x' WHERE id = %s", middle)
     assert "edited" in assert_verify_fails_at(server_copy, middle)
 
 
@@ -146,7 +125,7 @@ def test_audit_verify_names_an_edited_record(server_copy: LiveServer) -> None:
 def test_audit_verify_names_the_record_after_a_deleted_one(server_copy: LiveServer) -> None:
     ids = record_ids(server_copy)
     index = len(ids) // 2
-    tamper(server_copy, "DELETE FROM audit_auditrecord WHERE id = ?", ids[index])
+    tamper(server_copy, "DELETE FROM audit_auditrecord WHERE id = %s", ids[index])
     message = assert_verify_fails_at(server_copy, ids[index + 1])
     assert f"record {ids[index - 1]}" in message and "deleted" in message
 
@@ -154,7 +133,7 @@ def test_audit_verify_names_the_record_after_a_deleted_one(server_copy: LiveServ
 @pytest.mark.live
 def test_audit_verify_notices_the_newest_record_was_deleted_through_the_chain_head(server_copy: LiveServer) -> None:
     ids = record_ids(server_copy)
-    tamper(server_copy, "DELETE FROM audit_auditrecord WHERE id = ?", ids[-1])
+    tamper(server_copy, "DELETE FROM audit_auditrecord WHERE id = %s", ids[-1])
     assert "chain head" in assert_verify_fails_at(server_copy, ids[-1])
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import signal
-import sqlite3
 import uuid
 from pathlib import Path
 from typing import Any
@@ -16,28 +15,25 @@ import httpx2
 import psutil
 import pytest
 
+from tests.database import Row
 from tests.live import INITIALIZE, MCP_HEADERS, LiveServer, auth_headers, make_server, mcp_client, poll, running_server, text_of
 
 pytestmark = [pytest.mark.live, pytest.mark.anyio]
 
 
-def query(server: LiveServer, sql: str, *params: Any) -> list[sqlite3.Row]:
-    connection = sqlite3.connect(server.state_dir / "sandstorm.sqlite3")
-    connection.row_factory = sqlite3.Row
-    try:
-        return connection.execute(sql, params).fetchall()
-    finally:
-        connection.close()
+def query(server: LiveServer, sql: str, *params: Any) -> list[Row]:
+    return server.database.query(sql, *params)
 
 
-def records_of_call(server: LiveServer, marker: str) -> list[sqlite3.Row]:
-    started = query(server, "SELECT call_id FROM audit_auditrecord WHERE kind='call.started' AND arguments LIKE ?", f"%{marker}%")
+def records_of_call(server: LiveServer, marker: str) -> list[Row]:
+    sql = "SELECT call_id FROM audit_auditrecord WHERE kind='call.started' AND CAST(arguments AS TEXT) LIKE %s"
+    started = query(server, sql, f"%{marker}%")
     assert len(started) == 1, started
-    return query(server, "SELECT * FROM audit_auditrecord WHERE call_id=? ORDER BY id", started[0]["call_id"])
+    return query(server, "SELECT * FROM audit_auditrecord WHERE call_id=%s ORDER BY id", started[0]["call_id"])
 
 
 def token_id(server: LiveServer, name: str) -> str:
-    return str(query(server, "SELECT id FROM oauth_bearertoken WHERE name=?", name)[0]["id"])
+    return str(query(server, "SELECT id FROM oauth_bearertoken WHERE name=%s", name)[0]["id"])
 
 
 async def test_each_call_has_one_started_and_one_finished_record_with_its_principal(live_server: LiveServer) -> None:
@@ -124,7 +120,7 @@ async def test_concurrent_calls_from_several_clients_keep_one_unforked_chain(liv
     async with anyio.create_task_group() as group:
         for token in tokens:
             group.start_soon(client_calls, token)
-    rows = query(live_server, "SELECT id, kind, prev_mac, mac, call_id FROM audit_auditrecord WHERE id > ? ORDER BY id", before)
+    rows = query(live_server, "SELECT id, kind, prev_mac, mac, call_id FROM audit_auditrecord WHERE id > %s ORDER BY id", before)
     calls = [row for row in rows if row["kind"] != "event"]
     assert len(calls) == 2 * 18
     everything = query(live_server, "SELECT id, prev_mac, mac FROM audit_auditrecord ORDER BY id")
@@ -135,20 +131,20 @@ async def test_concurrent_calls_from_several_clients_keep_one_unforked_chain(liv
 async def test_no_token_value_is_ever_stored(live_server: LiveServer) -> None:
     async with mcp_client(live_server.mcp_url, live_server.token) as client:
         await client.call_tool("terminal_exec", {"command": "echo stored?"})
-    dump = "\n".join(str(tuple(row)) for row in query(live_server, "SELECT * FROM audit_auditrecord"))
+    dump = "\n".join(str(tuple(row.values())) for row in query(live_server, "SELECT * FROM audit_auditrecord"))
     assert live_server.token not in dump
 
 
 async def test_token_creation_and_first_use_are_security_events(live_server: LiveServer) -> None:
     token = live_server.create_token("first-use-probe")
-    created = query(live_server, "SELECT * FROM audit_auditrecord WHERE event='token.created' AND detail LIKE '%first-use-probe%'")
+    created = query(live_server, "SELECT * FROM audit_auditrecord WHERE event='token.created' AND CAST(detail AS TEXT) LIKE %s", "%first-use-probe%")
     assert len(created) == 1 and created[0]["credential_kind"] == "shell"
     async with mcp_client(live_server.mcp_url, token) as client:
         await client.list_tools()
         await client.list_tools()
-    used = query(live_server, "SELECT * FROM audit_auditrecord WHERE event='token.first_used' AND detail LIKE '%first-use-probe%'")
+    used = query(live_server, "SELECT * FROM audit_auditrecord WHERE event='token.first_used' AND CAST(detail AS TEXT) LIKE %s", "%first-use-probe%")
     assert len(used) == 1 and used[0]["client_address"] == "127.0.0.1"
-    assert token not in str(tuple(used[0]))
+    assert token not in str(tuple(used[0].values()))
 
 
 def test_a_flood_of_bad_tokens_is_recorded_once_then_as_a_count(tmp_path: Path) -> None:
@@ -160,7 +156,7 @@ def test_a_flood_of_bad_tokens_is_recorded_once_then_as_a_count(tmp_path: Path) 
     rows = query(server, "SELECT detail, client_address FROM audit_auditrecord WHERE event='auth.failed' ORDER BY id")
     assert len(rows) == 2 and rows[1]["client_address"] == "127.0.0.1"
     assert json.loads(rows[1]["detail"])["count"] == 4
-    assert "sst_bogus" not in json.dumps([tuple(row) for row in rows])
+    assert "sst_bogus" not in json.dumps([tuple(row.values()) for row in rows])
     assert "audit chain head: record" in server.log()
 
 
@@ -196,15 +192,22 @@ def test_a_call_cut_off_by_a_killed_server_is_marked_interrupted_after_restart(t
                 process.kill()
 
 
+REFUSE_STARTED_RECORDS = {
+    "sqlite": [
+        "CREATE TRIGGER refuse_audit BEFORE INSERT ON audit_auditrecord "
+        "WHEN NEW.kind = 'call.started' BEGIN SELECT RAISE(ABORT, 'audit disk full'); END"
+    ],
+    "postgresql": [
+        "CREATE FUNCTION refuse_audit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "IF NEW.kind = 'call.started' THEN RAISE EXCEPTION 'audit disk full'; END IF; RETURN NEW; END $$",
+        "CREATE TRIGGER refuse_audit BEFORE INSERT ON audit_auditrecord FOR EACH ROW EXECUTE FUNCTION refuse_audit()",
+    ],
+}
+
+
 def test_when_the_started_record_cannot_be_written_the_tool_does_not_run(tmp_path: Path) -> None:
     with running_server(tmp_path) as server:
-        connection = sqlite3.connect(server.state_dir / "sandstorm.sqlite3")
-        connection.execute(
-            "CREATE TRIGGER refuse_audit BEFORE INSERT ON audit_auditrecord "
-            "WHEN NEW.kind = 'call.started' BEGIN SELECT RAISE(ABORT, 'audit disk full'); END"
-        )
-        connection.commit()
-        connection.close()
+        server.database.execute(*REFUSE_STARTED_RECORDS[server.database.vendor])
         marker = server.workspace / "should-not-exist"
 
         async def call() -> Any:

@@ -12,6 +12,7 @@ import pytest
 from django.core.management.base import CommandError
 
 from mcpserver.management.commands.backup import sqlite_database
+from tests.database import requires_postgres
 from tests.live import REPO, make_server
 
 
@@ -19,6 +20,16 @@ def test_backup_of_a_postgresql_database_says_to_use_pg_dump() -> None:
     postgres = {"ENGINE": "django.db.backends.postgresql", "NAME": "sandstorm"}
     with pytest.raises(CommandError, match="SQLite database only; for PostgreSQL .* pg_dump"):
         sqlite_database(postgres)
+
+
+@requires_postgres
+def test_backup_against_postgresql_exits_with_the_pg_dump_advice_and_writes_nothing(tmp_path: Path) -> None:
+    server = make_server(tmp_path)
+    server.manage("migrate", "--no-input")
+    result = server.manage("backup", str(tmp_path / "copy.sqlite3"), check=False)
+    assert result.returncode == 1
+    assert "for PostgreSQL (DATABASE_URL) use pg_dump" in result.stderr
+    assert not list(tmp_path.glob("copy*"))
 
 
 def test_prune_output_removes_old_output_files_and_keeps_recent_ones(tmp_path: Path) -> None:

@@ -11,9 +11,11 @@ from pathlib import Path
 import anyio
 import pytest
 
+from tests.database import requires_sqlite
 from tests.live import REPO, LiveServer, mcp_client, running_server
 
-pytestmark = [pytest.mark.live, pytest.mark.anyio]
+# `backup` is SQLite's online backup API; against PostgreSQL it refuses (tests/test_backup_commands.py).
+pytestmark = [pytest.mark.live, pytest.mark.anyio, requires_sqlite]
 
 CLIENTS = 4
 CALLS_PER_CLIENT = 2000  # bounded: the load stops by itself even if the test never told it to

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 
 import httpx2
 import pytest
 
+from tests.database import requires_postgres, requires_sqlite
 from tests.live import INITIALIZE, MCP_HEADERS, LiveServer, auth_headers, mcp_client, text_of
 
 pytestmark = [pytest.mark.live]
@@ -142,19 +142,20 @@ def test_health_reports_status_without_secrets(live_server: LiveServer) -> None:
     assert live_server.token not in json.dumps(body)
 
 
+@requires_sqlite
 def test_the_database_runs_in_wal_mode(live_server: LiveServer) -> None:
-    connection = sqlite3.connect(live_server.state_dir / "sandstorm.sqlite3")
-    try:
-        assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    finally:
-        connection.close()
+    assert live_server.database.query("PRAGMA journal_mode")[0]["journal_mode"] == "wal"
+
+
+@requires_postgres
+def test_with_database_url_the_server_keeps_everything_in_postgresql(live_server: LiveServer) -> None:
+    tables = {row["name"] for row in live_server.database.query("SELECT tablename AS name FROM pg_tables WHERE schemaname = 'public'")}
+    assert {"oauth_bearertoken", "audit_auditrecord", "audit_chainhead", "mcpserver_backgroundprocess", "oauth_revocation"} <= tables
+    assert live_server.database.query("SELECT name FROM oauth_bearertoken WHERE name = 'bootstrap'")
+    assert not list(live_server.state_dir.glob("*.sqlite3*"))
 
 
 def test_tokens_are_stored_hashed_and_never_logged(live_server: LiveServer) -> None:
-    connection = sqlite3.connect(live_server.state_dir / "sandstorm.sqlite3")
-    try:
-        rows = connection.execute("SELECT token_hash, prefix FROM oauth_bearertoken").fetchall()
-    finally:
-        connection.close()
-    assert rows and all(live_server.token not in (digest + prefix) for digest, prefix in rows)
+    rows = live_server.database.query("SELECT token_hash, prefix FROM oauth_bearertoken")
+    assert rows and all(live_server.token not in (row["token_hash"] + row["prefix"]) for row in rows)
     assert live_server.token not in live_server.log()

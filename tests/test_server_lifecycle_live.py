@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import sqlite3
 from pathlib import Path
 
 import anyio
@@ -65,12 +64,8 @@ def test_bootstrap_prints_secrets_once_and_a_revoked_bootstrap_token_stays_revok
     assert "shown once" not in second
     server.manage("revoke_token", "bootstrap")
     server.manage("bootstrap")
-    database = sqlite3.connect(server.state_dir / "sandstorm.sqlite3")
-    try:
-        rows = database.execute("SELECT revoked_at FROM oauth_bearertoken WHERE name = 'bootstrap'").fetchall()
-    finally:
-        database.close()
-    assert len(rows) == 1 and rows[0][0] is not None
+    rows = server.database.query("SELECT revoked_at FROM oauth_bearertoken WHERE name = 'bootstrap'")
+    assert len(rows) == 1 and rows[0]["revoked_at"] is not None
 
 
 def test_bootstrap_without_a_token_variable_prints_a_first_token_that_works(tmp_path: Path) -> None:

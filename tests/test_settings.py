@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -14,7 +15,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def run_manage(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("SANDSTORM_")}
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SANDSTORM_") and k != "DATABASE_URL"}
     base.update(SANDSTORM_STATE_DIR=str(tmp_path / "state"), SANDSTORM_WORKSPACE_ROOT=str(tmp_path / "ws"))
     base.update(env)
     return subprocess.run([sys.executable, "manage.py", *args], cwd=REPO, env=base, capture_output=True, text=True, timeout=60)
@@ -63,16 +64,24 @@ def test_a_given_secret_key_is_used_and_nothing_is_generated(tmp_path: Path) -> 
     assert not (tmp_path / "state" / "secret_key").exists()
 
 
-def test_defaults_are_safe() -> None:
-    from sandstorm_site import settings as module
+PRINT_SETTINGS = (
+    "import json; from django.conf import settings as s; "
+    "print(json.dumps({'debug': s.DEBUG, 'frame': s.X_FRAME_OPTIONS, 'cap': s.RESULT_CAP_BYTES, 'db': s.DATABASES['default']}, default=str))"
+)
 
-    assert module.DEBUG is False
-    database = module.DATABASES["default"]
+
+def test_defaults_are_safe(tmp_path: Path) -> None:
+    """Without DATABASE_URL (the suite may run with one): SQLite in the state dir, WAL, IMMEDIATE transactions."""
+    result = run_manage(tmp_path, "shell", "-c", PRINT_SETTINGS)
+    assert result.returncode == 0, result.stderr
+    values = json.loads(result.stdout.strip().splitlines()[-1])
+    assert values["debug"] is False and values["frame"] == "DENY" and values["cap"] == 262144
+    database = values["db"]
+    assert database["ENGINE"] == "django.db.backends.sqlite3"
+    assert database["NAME"] == str(tmp_path / "state" / "sandstorm.sqlite3")
     assert database["OPTIONS"]["transaction_mode"] == "IMMEDIATE"
     assert "journal_mode=WAL" in database["OPTIONS"]["init_command"]
     assert database["OPTIONS"]["timeout"] >= 10
-    assert module.X_FRAME_OPTIONS == "DENY"
-    assert module.RESULT_CAP_BYTES == 262144
 
 
 def test_database_url_selects_postgresql() -> None:
@@ -83,3 +92,32 @@ def test_database_url_selects_postgresql() -> None:
     assert (config["USER"], config["PASSWORD"], config["HOST"], config["PORT"], config["NAME"]) == (
         "user", "p@ss", "db.example", "5433", "sandstorm"
     )
+
+
+def test_database_url_options_go_to_the_driver_and_a_socket_directory_is_a_host() -> None:
+    from sandstorm_site.settings import _database_from_url
+
+    config = _database_from_url("postgresql://sandstorm@/sandstorm?host=%2Frun%2Fpostgresql&sslmode=disable")
+    assert config["OPTIONS"] == {"host": "/run/postgresql", "sslmode": "disable"}
+    assert (config["HOST"], config["USER"], config["PASSWORD"]) == ("", "sandstorm", "")
+
+
+def test_the_database_url_switches_every_command_to_postgresql(tmp_path: Path) -> None:
+    url = "postgres://sandstorm:secret@db.example:5433/teamdb?sslmode=require"
+    result = run_manage(tmp_path, "shell", "-c", PRINT_SETTINGS, DATABASE_URL=url)
+    assert result.returncode == 0, result.stderr
+    database = json.loads(result.stdout.strip().splitlines()[-1])["db"]
+    assert database["ENGINE"] == "django.db.backends.postgresql" and database["NAME"] == "teamdb"
+    assert (database["HOST"], database["PORT"], database["OPTIONS"]) == ("db.example", "5433", {"sslmode": "require"})
+    assert not (tmp_path / "state" / "sandstorm.sqlite3").exists()
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [("postgres://u:p@host:port/db", "DATABASE_URL has a bad port"), ("postgres://u:p@host/", "DATABASE_URL must name the database")],
+)
+def test_a_bad_database_url_stops_start_up_with_one_line_that_keeps_the_password_out(tmp_path: Path, url: str, expected: str) -> None:
+    result = run_manage(tmp_path, "check", DATABASE_URL=url)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()] and expected in result.stderr
+    assert ":p@" not in result.stderr
