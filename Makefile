@@ -1,10 +1,11 @@
-# Sandstorm: `make run` to start a local server, `make test` to run the suite.
+# Sandstorm: `make run` to start a local server, `make test` to run the suite (SQLite), `make test-postgres` to run
+# it again against the PostgreSQL server that DATABASE_URL names.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check-python venv clean lock
+.PHONY: run test test-postgres check-python venv clean lock
 
 check-python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null || \
@@ -12,7 +13,7 @@ check-python:
 
 $(STAMP): pyproject.toml requirements.lock | check-python
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c requirements.lock -e '.[test]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -c requirements.lock -e '.[test,postgres]'
 	@touch $(STAMP)
 
 venv: check-python $(STAMP)
@@ -23,12 +24,19 @@ run: venv
 
 test: venv
 	$(PY) manage.py makemigrations --check --dry-run
+	env -u DATABASE_URL $(PY) -m pytest
+
+# DATABASE_URL=postgres://user:password@host:port/name, a role that may create databases: pytest-django makes the
+# test database beside NAME, and every live server one of its own (sandstorm_live_*); all are dropped afterwards.
+test-postgres: venv
+	@case "$$DATABASE_URL" in postgres://*|postgresql://*) ;; \
+		*) echo "make test-postgres needs DATABASE_URL=postgres://user:password@host:port/name"; exit 2;; esac
 	$(PY) -m pytest
 
 # Refresh the pinned versions after changing dependencies in pyproject.toml.
 lock: check-python
 	rm -rf /tmp/sandstorm-lock && $(PYTHON) -m venv /tmp/sandstorm-lock
-	/tmp/sandstorm-lock/bin/pip install --quiet --disable-pip-version-check -e '.[test]'
+	/tmp/sandstorm-lock/bin/pip install --quiet --disable-pip-version-check -e '.[test,postgres]'
 	/tmp/sandstorm-lock/bin/pip freeze --exclude-editable | grep -v '^sandstorm-mcp' > requirements.lock
 
 clean:
