@@ -6,6 +6,7 @@ Each test talks to a real `python -m mcpserver.executor` process through the ser
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -79,7 +80,7 @@ async def test_a_peer_whose_uid_is_not_the_servers_is_refused_before_anything_ru
 
 
 def _ping_as(uid: int, path: str) -> bytes:
-    """Connect as `uid` from a forked child (root drops to it) and return the executor's raw answer."""
+    """Connect as `uid` from a forked child (root drops to it) and return the executor's answer, as JSON."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: only system calls until _exit
@@ -90,10 +91,8 @@ def _ping_as(uid: int, path: str) -> bytes:
                 connection.settimeout(10)
                 connection.connect(path)
                 connection.sendall(wire.encode({"op": "ping", "args": {}}))
-                answer = b""
-                while chunk := connection.recv(65536):
-                    answer += chunk
-            os.write(write_end, answer)
+                answer = wire.recv_frame(connection)
+            os.write(write_end, json.dumps(answer).encode())
         finally:
             os._exit(0)
     os.close(write_end)
@@ -108,9 +107,9 @@ def test_a_connection_from_another_real_uid_is_refused(tmp_path: Path) -> None:
     # A real second uid: a child of this test drops to `nobody` and connects, as an agent's process would.
     process, path = start_executor(tmp_path, allow_uid=0)
     try:
-        refused = wire.decode(_ping_as(NOBODY, path)[wire.HEADER.size :])
+        refused = json.loads(_ping_as(NOBODY, path))
         assert refused == {"refused": f"connection refused: peer uid {NOBODY} is not the server's uid 0"}
-        accepted = wire.decode(_ping_as(0, path)[wire.HEADER.size :])
+        accepted = json.loads(_ping_as(0, path))
         assert accepted["ok"]["uid"] == 0
     finally:
         process.terminate()
@@ -177,6 +176,24 @@ async def test_a_background_process_outlives_its_executor_and_a_new_one_can_sign
     assert (await remote(child).process_start_ticks(started.pid)) == started.start_ticks  # a new child answers
     assert await remote(child).signal_group(started.pid, started.pgid, started.start_ticks, signal.SIGKILL)
     await asyncio.to_thread(poll, lambda: started.pid not in live_pids_with("sleep 300"), 10, what="the process to end")
+
+
+async def test_calls_reuse_one_connection_and_survive_an_executor_restart(child: ExecutorChild) -> None:
+    executor = remote(child)
+    opened: list[int] = []
+    connect = executor._connect
+
+    async def counting_connect():  # type: ignore[no-untyped-def]
+        opened.append(1)
+        return await connect()
+
+    executor._connect = counting_connect  # type: ignore[method-assign]
+    for _ in range(5):
+        assert (await executor.run_command("echo hi", None, 30, 65536, None)).stdout == "hi\n"
+    assert len(opened) == 1
+    child.stop()  # its connection, idle in our pool, is closed by the executor as it stops
+    assert (await executor.run_command("echo again", None, 30, 65536, None)).stdout == "again\n"
+    assert len(opened) == 2 and child.restarts == 1
 
 
 def test_the_executor_gets_none_of_the_servers_secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

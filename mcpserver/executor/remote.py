@@ -1,6 +1,6 @@
-"""The server's side of the executor socket: the Executor interface, each call one connection to the executor.
+"""The server's side of the executor socket: the Executor interface over connections to the executor.
 
-Cancelling a call closes its connection, and the executor ends what the call was running. If the executor dies
+A connection carries one call at a time and is kept for the next one. Cancelling a call closes its connection, and the executor ends what the call was running. If the executor dies
 mid-call, the call fails with `ExecutorLost` (recorded as interrupted), and the command it had started is ended as
 soon as an executor answers again.
 """
@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import select
 import signal
 import socket
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
@@ -19,7 +21,9 @@ from mcpserver.executor.interface import BackgroundStart, ExecResult, OutputList
 
 logger = logging.getLogger(__name__)
 
-ORPHAN_KILL_DEADLINE = 120.0  # how long to keep trying to end a command whose executor died under it
+ORPHAN_KILL_DEADLINE = 120.0
+MAX_IDLE_CONNECTIONS = 16
+Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]  # how long to keep trying to end a command whose executor died under it
 
 
 class ExecutorUnavailable(ToolFailure):
@@ -48,8 +52,31 @@ class RemoteExecutor:
         self._ensure_running = ensure_running
         self._on_lost = on_lost
         self._cleanups: set[asyncio.Task[None]] = set()
+        # Open connections between calls, per event loop (a connection belongs to the loop that opened it).
+        self._idle: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[Connection]] = weakref.WeakKeyDictionary()
 
-    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _connection(self) -> Connection:
+        """An idle connection to reuse (no connect, no peer check: about half of a small call's cost), or a new one."""
+        idle = self._idle.get(asyncio.get_running_loop(), [])
+        while idle:
+            reader, writer = idle.pop()
+            if not writer.is_closing() and not _closed_by_peer(writer):
+                return reader, writer
+            writer.close()  # the executor closed it meanwhile (it stopped or restarted)
+        return await self._connect()
+
+    def _release(self, connection: Connection) -> None:
+        idle = self._idle.setdefault(asyncio.get_running_loop(), [])
+        if len(idle) < MAX_IDLE_CONNECTIONS:
+            idle.append(connection)
+        else:
+            connection[1].close()
+
+    def _drop_idle(self) -> None:
+        for _reader, writer in self._idle.pop(asyncio.get_running_loop(), []):
+            writer.close()
+
+    async def _connect(self) -> Connection:
         if self._ensure_running is not None:
             try:
                 await self._ensure_running()
@@ -64,8 +91,9 @@ class RemoteExecutor:
             ) from error
 
     async def call(self, op: str, listener: OutputListener | None = None, **args: Any) -> Any:
-        reader, writer = await self._connect()
+        reader, writer = await self._connection()
         spawned: dict[str, int] | None = None
+        answered = False  # only a connection whose call was answered is reused; any other is closed (cancelling)
         try:
             writer.write(wire.encode({"op": op, "args": args}))
             while True:
@@ -81,15 +109,20 @@ class RemoteExecutor:
                 elif "spawned" in frame:
                     spawned = frame["spawned"]
                 else:
+                    answered = "refused" not in frame
                     return self._final(op, frame)
         except ExecutorLost:
+            self._drop_idle()
             if self._on_lost is not None:
                 await self._on_lost()
             if spawned is not None:
                 self._end_orphan_later(spawned["pid"], spawned["start_ticks"])
             raise
         finally:
-            writer.close()
+            if answered:
+                self._release((reader, writer))
+            else:
+                writer.close()
 
     def _final(self, op: str, frame: dict[str, Any]) -> Any:
         if "ok" in frame:
@@ -206,22 +239,25 @@ class RemoteExecutor:
         return cast(str, await self.call("prune_output"))
 
 
+def _closed_by_peer(writer: asyncio.StreamWriter) -> bool:
+    """Whether an idle connection was closed by the executor (it never sends unasked, so readable means closed).
+
+    Asked of the kernel: the event loop may not have had its turn to notice yet.
+    """
+    poller = select.poll()
+    poller.register(writer.get_extra_info("socket").fileno(), select.POLLIN | select.POLLRDHUP)
+    return bool(poller.poll(0))
+
+
 def ping(socket_path: str, timeout: float = 2.0) -> dict[str, Any]:
     """A blocking liveness check for synchronous code (/health): the executor's identity, or an OSError."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
         connection.settimeout(timeout)
         connection.connect(socket_path)
         connection.sendall(wire.encode({"op": "ping", "args": {}}))
-        data = b""
-        while True:
-            chunk = connection.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    if len(data) < wire.HEADER.size:
+        frame = wire.recv_frame(connection)
+    if frame is None:
         raise ConnectionError("the executor closed the connection without answering")
-    (length,) = wire.HEADER.unpack(data[: wire.HEADER.size])
-    frame = wire.decode(data[wire.HEADER.size : wire.HEADER.size + length])
     if "ok" not in frame:
         raise ConnectionError(str(frame.get("refused") or frame.get("error") or "malformed answer"))
     return cast(dict[str, Any], frame["ok"])

@@ -82,7 +82,7 @@ class ExecutorService:
                 writer.write(wire.encode({"refused": refused}))
                 await self._linger(reader, writer)
                 return
-            await self._serve_one(reader, writer)
+            await self._serve(reader, writer)
         except (ConnectionError, wire.FrameError) as error:
             logger.warning("dropped a connection: %s", error)
         finally:
@@ -101,18 +101,32 @@ class ExecutorService:
         except TimeoutError:
             pass
 
-    async def _serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        request = await wire.read_frame(reader)
-        if request is None:
-            return
-        call = asyncio.ensure_future(self._answer(request, writer))
-        hang_up = asyncio.ensure_future(reader.read(1))  # the server closes the connection to cancel the call
-        await asyncio.wait({call, hang_up}, return_when=asyncio.FIRST_COMPLETED)
-        if not call.done():
-            call.cancel()  # a running command's process group is ended by its own cancellation handling
-        hang_up.cancel()
-        await asyncio.gather(call, hang_up, return_exceptions=True)
-        if not call.cancelled() and call.exception() is None:
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One call at a time on this connection, until the server closes it (which cancels a call in flight)."""
+        early = b""  # bytes of the next request read while watching for a hang-up
+        while True:
+            request = await wire.read_frame(reader, early)
+            if request is None:
+                return
+            call = asyncio.ensure_future(self._answer(request, writer))
+            hang_up = asyncio.ensure_future(reader.read(1))  # b"" when the server closes the connection
+            try:
+                await asyncio.wait({call, hang_up}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if not call.done():  # the server hung up, or the executor is stopping: cancel the call
+                    call.cancel()  # a running command's process group is ended by its own cancellation handling
+                hang_up.cancel()
+                await asyncio.gather(call, hang_up, return_exceptions=True)
+            if call.cancelled() or call.exception() is not None:
+                return
+            if hang_up.cancelled():
+                early = b""
+            elif hang_up.exception() is not None:
+                return
+            else:
+                early = hang_up.result()
+                if not early:
+                    return  # the server closed the connection after the answer
             await writer.drain()
 
     async def _answer(self, request: dict[str, Any], writer: asyncio.StreamWriter) -> None:

@@ -1,15 +1,17 @@
 """The executor socket's wire format: length-prefixed JSON frames, and how results travel in them.
 
-One connection carries one call. The server sends a request frame, `{"op": name, "args": {...}}`; the executor
+A connection carries one call at a time, and may be reused for the next. The server sends a request frame, `{"op": name, "args": {...}}`; the executor
 answers with zero or more event frames (`{"output": text}` while a command runs, `{"spawned": {...}}` when it
 started one) and then exactly one final frame: `{"ok": value}`, `{"fail": message}` (an expected tool failure,
-shown to the agent) or `{"error": message}` (a fault in the executor). Closing the connection cancels the call.
+shown to the agent) or `{"error": message}` (a fault in the executor). Closing the connection cancels the call
+in flight; the server sends nothing else while a call runs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import struct
 from dataclasses import asdict
 from typing import Any
@@ -44,12 +46,13 @@ def decode(body: bytes) -> dict[str, Any]:
     return message
 
 
-async def read_frame(reader: asyncio.StreamReader) -> dict[str, Any] | None:
-    """The next frame, or None when the peer closed the connection between frames."""
+async def read_frame(reader: asyncio.StreamReader, early: bytes = b"") -> dict[str, Any] | None:
+    """The next frame, or None when the peer closed the connection between frames. `early`: its first bytes,
+    if they were already read."""
     try:
-        header = await reader.readexactly(HEADER.size)
+        header = early + await reader.readexactly(HEADER.size - len(early))
     except asyncio.IncompleteReadError as error:
-        if error.partial:
+        if error.partial or early:
             raise FrameError("connection closed inside a frame header") from error
         return None
     (length,) = HEADER.unpack(header)
@@ -59,6 +62,32 @@ async def read_frame(reader: asyncio.StreamReader) -> dict[str, Any] | None:
         body = await reader.readexactly(length)
     except asyncio.IncompleteReadError as error:
         raise FrameError("connection closed inside a frame") from error
+    return decode(body)
+
+
+def recv_frame(connection: socket.socket) -> dict[str, Any] | None:
+    """`read_frame` for a blocking socket: the next frame, or None at a clean end of the connection."""
+
+    def exactly(count: int) -> bytes:
+        data = b""
+        while len(data) < count:
+            chunk = connection.recv(count - len(data))
+            if not chunk:
+                break
+            data += chunk
+        return data
+
+    header = exactly(HEADER.size)
+    if not header:
+        return None
+    if len(header) < HEADER.size:
+        raise FrameError("connection closed inside a frame header")
+    (length,) = HEADER.unpack(header)
+    if length > MAX_FRAME:
+        raise FrameError(f"frame of {length} bytes is over the {MAX_FRAME}-byte limit")
+    body = exactly(length)
+    if len(body) < length:
+        raise FrameError("connection closed inside a frame")
     return decode(body)
 
 
