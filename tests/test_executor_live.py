@@ -1,0 +1,106 @@
+"""The executor behind a real server (development mode: the server's child): liveness, interrupted calls,
+background processes that outlive the server, and what /health says."""
+
+from __future__ import annotations
+
+import signal
+import uuid
+from pathlib import Path
+
+import anyio
+import httpx2
+import psutil
+import pytest
+
+from tests.live import LiveServer, apoll, live_pids_with, make_server, mcp_client, poll, text_of
+
+pytestmark = [pytest.mark.live, pytest.mark.anyio]
+
+
+def executor_pid(server: LiveServer) -> int:
+    assert server.process is not None
+    children = psutil.Process(server.process.pid).children()
+    found = [child.pid for child in children if "mcpserver.executor" in " ".join(child.cmdline())]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def call_records(server: LiveServer, marker: str) -> list[dict[str, object]]:
+    sql = "SELECT call_id FROM audit_auditrecord WHERE kind='call.started' AND CAST(arguments AS TEXT) LIKE %s"
+    started = server.database.query(sql, f"%{marker}%")
+    assert len(started) == 1, started
+    return server.database.query("SELECT * FROM audit_auditrecord WHERE call_id=%s ORDER BY id", started[0]["call_id"])
+
+
+async def test_health_names_the_executor_and_its_user(live_server: LiveServer) -> None:
+    body = httpx2.get(f"{live_server.url}/health").json()
+    assert body["ok"] is True
+    assert body["executor"]["ok"] is True and body["executor"]["mode"] == "child"
+    assert body["executor"]["user"] == psutil.Process().username()
+
+
+async def test_killing_the_executor_mid_call_records_interrupted_and_the_next_call_works(tmp_path: Path) -> None:
+    server = make_server(tmp_path)
+    server.start()
+    try:
+        marker = f"lost-{uuid.uuid4().hex}"
+        async with mcp_client(server.mcp_url, server.token) as client:
+            async with anyio.create_task_group() as group:
+                results: list[object] = []
+
+                async def run() -> None:
+                    results.append(await client.call_tool("terminal_exec", {"command": f"sleep 60; : {marker}"}))
+
+                group.start_soon(run)
+                await apoll(lambda: live_pids_with(marker), 15, "the command")
+                first = executor_pid(server)
+                psutil.Process(first).kill()
+            result = results[0]
+            assert getattr(result, "is_error") is True
+            assert "tool executor stopped during this call" in text_of(result)
+            rows = call_records(server, marker)
+            assert [row["kind"] for row in rows] == ["call.started", "call.finished"]
+            assert rows[1]["outcome"] == "interrupted"
+            # The next call works: the server started a new executor.
+            again = await client.call_tool("terminal_exec", {"command": "echo back"})
+            assert text_of(again) == "stdout:\nback\n\nexit_code: 0"
+            assert executor_pid(server) != first
+            # The command the dead executor had running was ended.
+            await apoll(lambda: not live_pids_with(marker), 15, "the orphaned command to end")
+        assert server.manage("audit_verify").returncode == 0
+    finally:
+        server.stop()
+
+
+async def test_health_restarts_a_dead_development_executor(tmp_path: Path) -> None:
+    server = make_server(tmp_path)
+    server.start()
+    try:
+        first = executor_pid(server)
+        psutil.Process(first).kill()
+        poll(lambda: not psutil.pid_exists(first) or psutil.Process(first).status() == psutil.STATUS_ZOMBIE, 10, what="exit")
+        assert httpx2.get(f"{server.url}/health", timeout=30).json()["executor"]["ok"] is True
+        assert executor_pid(server) != first
+    finally:
+        server.stop()
+
+
+async def test_a_background_process_survives_a_server_restart_and_can_still_be_killed(tmp_path: Path) -> None:
+    server = make_server(tmp_path)
+    server.start()
+    marker = f"bg-{uuid.uuid4().hex}"
+    try:
+        async with mcp_client(server.mcp_url, server.token) as client:
+            started = text_of(await client.call_tool("terminal_exec_background", {"command": f"sleep 300; : {marker}"}))
+        pid = int(started.split("PID: ")[1].split()[0])
+        server.stop(signal.SIGTERM)
+        assert live_pids_with(marker), "the background process died with the server"
+        server.start()
+        async with mcp_client(server.mcp_url, server.token) as client:
+            killed = await client.call_tool("terminal_kill", {"pid": pid})
+        assert getattr(killed, "is_error") is False, text_of(killed)
+        await apoll(lambda: not live_pids_with(marker), 15, "the background process to end")
+    finally:
+        server.stop()
+        for pid in live_pids_with(marker):
+            psutil.Process(pid).kill()
