@@ -59,7 +59,7 @@ async def announce_executor(runtime: Runtime) -> None:
     if runtime.executor_child is not None:
         logger.warning(
             "development mode: tools run as OS user %s, the server's own user, so an agent can read the server's "
-            "database and keys (see README, Trust boundary); production runs them as the agent user",
+            "database and keys (see README, Security model); production runs them as the agent user",
             identity["user"],
         )
     if identity["root"] != os.path.realpath(runtime.executor.root):

@@ -71,7 +71,8 @@ class Command(BaseCommand):
         write(f"  MCP URL:    {settings.MCP_RESOURCE_URL}")
         write(f"  Workspace:  {settings.WORKSPACE_ROOT}")
         if not settings.EXECUTOR_SOCKET:
-            write(f"  Tools run:  as OS user '{pwd.getpwuid(os.getuid()).pw_name}', the server's own user (development: an agent can read the database and keys; see README, Trust boundary)")
+            user = pwd.getpwuid(os.getuid()).pw_name
+            write(f"  Tools run:  as '{user}', the server's own OS user: agents can read its keys (README, Security model)")
         shown = token or ("$SANDSTORM_MCP_TOKEN" if settings.MCP_BOOTSTRAP_TOKEN else "<your token>")
         if token:
             write(f"  Token:      {token}   <- shown once; only its hash is stored")
