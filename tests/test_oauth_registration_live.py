@@ -149,3 +149,13 @@ def test_a_client_id_metadata_document_on_a_private_address_is_never_fetched(ser
     finally:
         admin.close()
         listener.close()
+
+
+def test_nul_characters_in_registrations_and_token_requests_are_refused_alike_on_every_database(server: LiveServer) -> None:
+    """PostgreSQL cannot store or even compare a NUL (a 500 there), SQLite would store it: both answer 400."""
+    for metadata in ({"client_name": "a\x00b"}, {"redirect_uris": [CLAUDE_CALLBACKS[0] + "\x00"]}):
+        refused = post_registration(server, **metadata)
+        assert refused.status_code == 400 and refused.json()["error"] == "invalid_client_metadata", refused.text
+    exchange = {"grant_type": "authorization_code", "code": "x\x00y", "client_id": "c\x00", "code_verifier": "v" * 43}
+    assert httpx2.post(f"{server.url}/oauth/token/", data=exchange, timeout=30).status_code == 400
+    assert httpx2.get(f"{server.url}/oauth/authorize/", params={"client_id": "c\x00"}, timeout=30).status_code == 400

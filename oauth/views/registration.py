@@ -40,8 +40,21 @@ def _string_list(data: dict[str, Any], name: str, default: list[str]) -> list[st
     return value
 
 
+def _holds_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(key) or _holds_nul(item) for key, item in value.items())
+    if isinstance(value, list):
+        return any(_holds_nul(item) for item in value)
+    return False
+
+
 def metadata_refusal(data: dict[str, Any]) -> JsonResponse | None:
     """Our registration policy on RFC 7591 client metadata: the error response, or None if acceptable."""
+    if _holds_nul(data):
+        # PostgreSQL can store no NUL (a 500 there), SQLite would: refused on both (see sandstorm_site/nul.py).
+        return error("invalid_client_metadata", "client metadata must not contain NUL characters")
     grant_types = _string_list(data, "grant_types", ["authorization_code"])
     if grant_types is None or not set(grant_types) <= GRANT_TYPES or "authorization_code" not in grant_types:
         return error("invalid_client_metadata", "grant_types must be authorization_code, optionally with refresh_token")
