@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -114,6 +115,24 @@ def test_a_connection_from_another_real_uid_is_refused(tmp_path: Path) -> None:
     finally:
         process.terminate()
         process.wait(10)
+
+
+@pytest.mark.skipif(shutil.which("systemd-socket-activate") is None, reason="needs systemd's systemd-socket-activate")
+async def test_the_executor_takes_its_socket_from_systemd(tmp_path: Path) -> None:
+    # Socket activation as production uses it: the socket file is systemd's, made before the executor starts.
+    path = f"{tempfile.mkdtemp(prefix='sst-exec-test-')}/executor.sock"
+    argv = ["systemd-socket-activate", "-l", path, sys.executable, "-m", "mcpserver.executor"]
+    process = subprocess.Popen([*argv, "--workspace", str(tmp_path), "--allow-uid", str(os.getuid())], cwd=REPO)
+    try:
+        poll(lambda: os.path.exists(path), 20, what="the socket")
+        executor = RemoteExecutor(path, str(tmp_path))
+        assert (await executor.identity())["pid"] == process.pid  # the first connection started it
+        result = await executor.run_command("env", None, 30, 65536, None)
+        assert "LISTEN_" not in result.stdout  # systemd's variables are the executor's, not the tools'
+    finally:
+        process.terminate()
+        process.wait(10)
+    assert os.path.exists(path)  # systemd's socket, left for the next start
 
 
 async def test_a_command_streams_its_output_and_returns_its_result(child: ExecutorChild) -> None:

@@ -8,12 +8,15 @@ import logging
 import os
 import pwd
 import signal
+import socket
 import sys
 from pathlib import Path
 
 from mcpserver.executor.local import LocalExecutor
 from mcpserver.executor.service import ExecutorService, bind_socket, logger
 from sandstorm_site.jsonlog import JsonFormatter  # plain logging, no Django
+
+SD_LISTEN_FDS_START = 3
 
 
 def uid_of(value: str) -> int:
@@ -28,7 +31,9 @@ def uid_of(value: str) -> int:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m mcpserver.executor", description="Sandstorm's tool executor.")
-    parser.add_argument("--socket", type=Path, required=True, help="the Unix socket to listen on")
+    parser.add_argument(
+        "--socket", type=Path, help="the Unix socket to listen on (not needed when systemd passes one: socket activation)"
+    )
     parser.add_argument("--workspace", required=True, help="the workspace root tools are confined to")
     parser.add_argument("--allow-uid", type=uid_of, required=True, help="the server's uid or user name (the only peer)")
     parser.add_argument(
@@ -43,7 +48,27 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="log lines as JSON objects (as the server does) or text (default: $SANDSTORM_LOG_FORMAT, else json)",
     )
     parser.add_argument("--watch-stdin", action="store_true", help="exit when stdin closes (a child of the server)")
-    return parser.parse_args(argv)
+    options = parser.parse_args(argv)
+    options.inherited = inherited_listener()
+    if options.socket is None and options.inherited is None:
+        parser.error("--socket is required unless systemd passes a listening socket (socket activation)")
+    return options
+
+
+def inherited_listener() -> socket.socket | None:
+    """The listening socket systemd passed (socket activation: LISTEN_PID and LISTEN_FDS, first fd 3), if any.
+
+    systemd then owns the socket file (in root's /run, where the agent user cannot replace it) and keeps it
+    accepting connections while the executor restarts: calls wait instead of failing.
+    """
+    if os.environ.get("LISTEN_PID") != str(os.getpid()) or os.environ.get("LISTEN_FDS", "0") == "0":
+        return None
+    for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
+        os.environ.pop(name, None)  # meant for this process only, not the tools it starts
+    listener = socket.socket(fileno=SD_LISTEN_FDS_START)
+    if listener.family != socket.AF_UNIX:
+        raise SystemExit(f"the socket systemd passed is not a Unix socket ({listener.family!r})")
+    return listener
 
 
 async def serve(options: argparse.Namespace) -> None:
@@ -55,18 +80,20 @@ async def serve(options: argparse.Namespace) -> None:
         loop.add_signal_handler(signum, stop.set)
     if options.watch_stdin:
         loop.add_reader(sys.stdin.fileno(), lambda: os.read(sys.stdin.fileno(), 4096) or stop.set())
-    server = await asyncio.start_unix_server(service.handle, sock=bind_socket(options.socket))
+    listener = options.inherited or bind_socket(options.socket)
+    server = await asyncio.start_unix_server(service.handle, sock=listener)
     identity = service.identity()
     logger.info(
         "executor ready on %s as %s (uid %d), workspace %s, serving uid %d",
-        options.socket, identity["user"], identity["uid"], identity["root"], options.allow_uid,
+        listener.getsockname(), identity["user"], identity["uid"], identity["root"], options.allow_uid,
     )  # fmt: skip
     try:
         await stop.wait()
     finally:
         server.close()
         await service.cancel_all()
-        options.socket.unlink(missing_ok=True)
+        if options.inherited is None:
+            options.socket.unlink(missing_ok=True)
         logger.info("executor stopped")
 
 
