@@ -29,6 +29,10 @@ from audit.models import KIND_EVENT, KIND_STARTED, OUTCOMES, AuditRecord, Securi
 
 # Filter choices come from this many newest records: a DISTINCT over the whole table would read all of it.
 RECENT_RECORDS = 20_000
+# A search in the list looks through this many newest records unless asked for all: a search that matches little
+# reads every record it may look at (about a second per million here); the exports always search everything.
+SEARCH_WINDOW = 200_000
+SEARCH_ALL_PARAM = "search_all"
 SUMMARY_CHARS = 80
 # The argument that says most about a call, by tool family; otherwise the first argument.
 SUMMARY_KEYS = ("command", "repo_url", "path", "packages", "message", "branch", "name", "pid")
@@ -63,6 +67,25 @@ class NoCountPaginator(Paginator):
         return super().page(number)
 
 
+class NoCountChangeList(ChangeList):
+    """A changelist that shows the rows its NoCountPaginator already read.
+
+    When everything fits on one page, Django's changelist lists the whole queryset again instead of the page: a
+    second run of the same query, which for a search that matches little scans the table twice.
+    """
+
+    def get_filters_params(self, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        lookup_params = super().get_filters_params(params)
+        lookup_params.pop(SEARCH_ALL_PARAM, None)  # not a filter: how far a search looks
+        return lookup_params
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        paginator = self.paginator
+        if not self.multi_page and isinstance(paginator, NoCountPaginator) and paginator.page_number == 1:
+            self.result_list = paginator.rows[: paginator.per_page]  # the lazy queryset above is never run
+
+
 def recent_values(kind: str, *fields: str) -> list[tuple[Any, ...]]:
     """The distinct values of `fields` among the newest RECENT_RECORDS records of `kind`."""
     newest = AuditRecord.objects.order_by("-id").values_list("id", flat=True).first()
@@ -72,14 +95,27 @@ def recent_values(kind: str, *fields: str) -> list[tuple[Any, ...]]:
     return list(recent.values_list(*fields).distinct().order_by(*fields))
 
 
+RECENT_CALL_FIELDS = ("tool", "username", "credential_kind", "credential_id", "credential_name")
+
+
+def recent_calls(request: HttpRequest) -> list[tuple[str, ...]]:
+    """RECENT_CALL_FIELDS of the recent calls, distinct: one query a page, which the tool, user and credential
+    filters share (three queries of their own cost three times as much)."""
+    found: list[tuple[str, ...]] | None = getattr(request, "_audit_recent_calls", None)
+    if found is None:
+        found = recent_values(KIND_STARTED, *RECENT_CALL_FIELDS)
+        request._audit_recent_calls = found  # type: ignore[attr-defined]
+    return found
+
+
 class CallFilter(admin.SimpleListFilter):
     """A filter whose parameter and meaning are those of audit.export.FILTERS, so the exports filter the same way."""
 
-    def options(self) -> list[tuple[str, str]]:
+    def options(self, request: HttpRequest) -> list[tuple[str, str]]:
         raise NotImplementedError
 
     def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -> list[tuple[str, str]]:
-        options = self.options()
+        options = self.options(request)
         value = self.value()
         if value and value not in {option for option, _ in options}:
             options.append((value, Truncator(value).chars(40)))  # the active filter always shows, and applies
@@ -99,15 +135,15 @@ class ToolFilter(CallFilter):
     title = "tool"
     parameter_name = "tool"
 
-    def options(self) -> list[tuple[str, str]]:
-        return [(tool, tool) for (tool,) in recent_values(KIND_STARTED, "tool") if tool]
+    def options(self, request: HttpRequest) -> list[tuple[str, str]]:
+        return [(tool, tool) for tool in sorted({row[0] for row in recent_calls(request)}) if tool]
 
 
 class OutcomeFilter(CallFilter):
     title = "outcome"
     parameter_name = "outcome"
 
-    def options(self) -> list[tuple[str, str]]:
+    def options(self, request: HttpRequest) -> list[tuple[str, str]]:
         return [(outcome, outcome) for outcome in OUTCOMES] + [(OUTCOME_RUNNING, OUTCOME_RUNNING)]
 
 
@@ -115,16 +151,16 @@ class UserFilter(CallFilter):
     title = "user"
     parameter_name = "user"
 
-    def options(self) -> list[tuple[str, str]]:
-        return [(name, name) for (name,) in recent_values(KIND_STARTED, "username") if name]
+    def options(self, request: HttpRequest) -> list[tuple[str, str]]:
+        return [(name, name) for name in sorted({row[1] for row in recent_calls(request)}) if name]
 
 
 class CredentialFilter(CallFilter):
     title = "credential"
     parameter_name = "credential"
 
-    def options(self) -> list[tuple[str, str]]:
-        rows = recent_values(KIND_STARTED, "credential_kind", "credential_id", "credential_name")
+    def options(self, request: HttpRequest) -> list[tuple[str, str]]:
+        rows = sorted({row[2:] for row in recent_calls(request)})
         return [(f"{kind}:{id_}", f"{kind}:{name or id_}") for kind, id_, name in rows if kind]
 
 
@@ -132,7 +168,7 @@ class CredentialKindFilter(CallFilter):
     title = "credential kind"
     parameter_name = "credential_kind"
 
-    def options(self) -> list[tuple[str, str]]:
+    def options(self, request: HttpRequest) -> list[tuple[str, str]]:
         return [("bearer", "admin-issued token"), ("oauth", "OAuth client")]
 
 
@@ -142,7 +178,7 @@ class SessionFilter(CallFilter):
     title = "session"
     parameter_name = "session"
 
-    def options(self) -> list[tuple[str, str]]:
+    def options(self, request: HttpRequest) -> list[tuple[str, str]]:
         return []
 
 
@@ -228,6 +264,9 @@ class ReadOnlyAuditAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
         return lookup in self.allowed_lookups
 
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return NoCountChangeList
+
     def get_paginator(self, request: HttpRequest, queryset: QuerySet[AuditRecord], per_page: int, orphans: int = 0,
                       allow_empty_first_page: bool = True) -> NoCountPaginator:  # fmt: skip
         try:
@@ -247,6 +286,14 @@ class ReadOnlyAuditAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.display(description="time")
     def time(self, record: AuditRecord) -> str:
         return f"{timezone.localtime(record.created_at):%Y-%m-%d %H:%M:%S}"
+
+
+def search_floor(request: HttpRequest, search_term: str) -> int:
+    """The id above which the list's search looks (the newest SEARCH_WINDOW records), or 0 for all of them."""
+    if not search_term.strip() or request.GET.get(SEARCH_ALL_PARAM):
+        return 0
+    newest = AuditRecord.objects.order_by("-id").values_list("id", flat=True).first() or 0
+    return max(newest - SEARCH_WINDOW, 0)
 
 
 def page_links(changelist: ChangeList) -> dict[str, Any]:
@@ -311,14 +358,23 @@ class AuditRecordAdmin(ReadOnlyAuditAdmin):
         return call_queryset().order_by("-id")
 
     def get_search_results(self, request: HttpRequest, queryset: QuerySet[AuditRecord], search_term: str) -> tuple[QuerySet[AuditRecord], bool]:
-        return search_calls(queryset, search_term), False
+        found = search_calls(queryset, search_term)
+        floor = search_floor(request, search_term)
+        request.audit_search_floor = floor  # type: ignore[attr-defined]  # for the note under the search box
+        return (found.filter(id__gt=floor) if floor else found), False
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
         params = request.GET.copy()
-        for name in ("p", "o", "e", "all"):
+        for name in ("p", "o", "e", "all", SEARCH_ALL_PARAM):
             params.pop(name, None)
         context = {"title": "Tool calls", "audit_export_query": params.urlencode(), **(extra_context or {})}
-        return super().changelist_view(request, context)
+        response = super().changelist_view(request, context)
+        context_data = getattr(response, "context_data", None)
+        changelist = context_data.get("cl") if context_data else None
+        if getattr(request, "audit_search_floor", 0) and isinstance(changelist, ChangeList):
+            context_data["audit_search_window"] = SEARCH_WINDOW  # type: ignore[index]
+            context_data["audit_search_all_url"] = changelist.get_query_string({SEARCH_ALL_PARAM: "1"}, [PAGE_VAR])  # type: ignore[index]
+        return response
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
                     extra_context: dict[str, Any] | None = None) -> HttpResponse:  # fmt: skip

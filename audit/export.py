@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from datetime import datetime, time
 from typing import Any
 
-from django.db.models import Q, QuerySet, TextField
+from django.db.models import Q, QuerySet, TextField, Transform
 from django.db.models.functions import Cast
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
@@ -34,8 +34,9 @@ CSV_FIELDS = (
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r", "\n")
 
 SEARCH_PARAM = "q"
-# The changelist's own parameters (page, ordering, error flag, show all, facets): they select nothing.
-PASSIVE_PARAMS = frozenset({"p", "o", "e", "all", "_facets"})
+# The changelist's own parameters (page, ordering, error flag, show all, facets, search all records): they select
+# nothing. (An export always searches all records.)
+PASSIVE_PARAMS = frozenset({"p", "o", "e", "all", "_facets", "search_all"})
 
 
 class InvalidFilter(ValueError):
@@ -72,6 +73,28 @@ def _by_credential(queryset: QuerySet[AuditRecord], value: str) -> QuerySet[Audi
     return queryset.filter(credential_kind=kind, credential_id=credential_id)
 
 
+class Unindexed(Transform):
+    """The column as it is, but on SQLite hidden from the query planner (`+column`, SQLite's own idiom).
+
+    A date filter on the calls would otherwise read its range from the (kind, created_at) index that the overview
+    counts with, and sort the range by id to show the newest page: seconds for a month of a million records, where
+    walking the calls newest first and stopping after a page takes a millisecond.
+    """
+
+    lookup_name = "unindexed"
+
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
+        sql, params = compiler.compile(self.lhs)
+        return sql, list(params)
+
+    def as_sqlite(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
+        sql, params = compiler.compile(self.lhs)
+        return f"+{sql}", list(params)
+
+
+AuditRecord._meta.get_field("created_at").register_lookup(Unindexed)
+
+
 def parse_moment(value: str) -> datetime:
     """A date or a date and time (as the admin's date filter writes them); naive values are in the current zone."""
     moment = parse_datetime(value)
@@ -90,8 +113,8 @@ FILTERS: dict[str, Callable[[QuerySet[AuditRecord], str], QuerySet[AuditRecord]]
     "credential": _by_credential,
     "credential_kind": lambda queryset, value: queryset.filter(credential_kind=value),
     "session": lambda queryset, value: queryset.filter(session_id=value),
-    "created_at__gte": lambda queryset, value: queryset.filter(created_at__gte=parse_moment(value)),
-    "created_at__lt": lambda queryset, value: queryset.filter(created_at__lt=parse_moment(value)),
+    "created_at__gte": lambda queryset, value: queryset.filter(created_at__unindexed__gte=parse_moment(value)),
+    "created_at__lt": lambda queryset, value: queryset.filter(created_at__unindexed__lt=parse_moment(value)),
 }
 
 

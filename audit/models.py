@@ -84,6 +84,11 @@ class AuditRecord(models.Model):
             models.Index(fields=["event", "-id"], name="audit_event_id"),
             models.Index(fields=["created_at"], name="audit_created"),
             models.Index(fields=["call_id"], name="audit_call"),
+            # For the overview: calls per day, calls per tool and problems per outcome over a month, each read from
+            # the index alone.
+            models.Index(fields=["kind", "created_at"], name="audit_kind_created"),
+            models.Index(fields=["kind", "tool", "created_at"], name="audit_kind_tool_created"),
+            models.Index(fields=["outcome", "created_at"], name="audit_outcome_created"),
         ]
 
     def __str__(self) -> str:

@@ -7,7 +7,6 @@ response fed by a synchronous iterator would first be read whole into memory).
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -18,7 +17,7 @@ from django.core.exceptions import PermissionDenied
 from django.conf import settings
 from django.db import connection
 from django.db.models import Count, Func, Max, Q, QuerySet
-from django.db.models.functions import Substr, TruncDay, TruncHour
+from django.db.models.functions import Substr, TruncHour
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -34,7 +33,7 @@ FLUSH_CHARS = 64 * 1024  # one send per this much text, not one per row
 TOP_TOOLS = 10
 ACTIVE_CREDENTIALS = 50
 WINDOW_ID_SLACK = 1000
-HOUR_KEY, DAY_KEY = "%Y-%m-%d %H", "%Y-%m-%d"
+HOUR_KEY = "%Y-%m-%d %H"
 
 
 @dataclass(frozen=True)
@@ -164,12 +163,12 @@ def in_window(queryset: QuerySet[AuditRecord], since: datetime) -> QuerySet[Audi
     return queryset.filter(created_at__gte=since, id__gte=first - WINDOW_ID_SLACK)
 
 
-def bucket(unit: str) -> Func:
-    """created_at cut to the hour or the day. SQLite's Trunc functions are Python callbacks, one call per row
-    (seconds for a busy month); SQLite stores a datetime as UTC text, so there its prefix is the bucket."""
+def hour_bucket() -> Func:
+    """created_at cut to the hour. SQLite's Trunc functions are Python callbacks, one call per row; SQLite stores a
+    datetime as UTC text, so there its prefix is the bucket."""
     if connection.vendor == "sqlite" and settings.TIME_ZONE == "UTC":
-        return Substr("created_at", 1, 13 if unit == "hour" else 10)
-    return TruncHour("created_at") if unit == "hour" else TruncDay("created_at")
+        return Substr("created_at", 1, 13)
+    return TruncHour("created_at")
 
 
 def bucket_key(value: str | datetime, key: str) -> str:
@@ -178,7 +177,7 @@ def bucket_key(value: str | datetime, key: str) -> str:
 
 def hourly_chart(calls: QuerySet[AuditRecord], now: datetime) -> Chart:
     first = timezone.localtime(now).replace(minute=0, second=0, microsecond=0) - timedelta(hours=23)
-    rows = in_window(calls, first).annotate(hour=bucket("hour")).values("hour").annotate(n=Count("id")).order_by()
+    rows = in_window(calls, first).annotate(hour=hour_bucket()).values("hour").annotate(n=Count("id")).order_by()
     counts = {bucket_key(row["hour"], HOUR_KEY): row["n"] for row in rows}
     hours = [first + timedelta(hours=offset) for offset in range(24)]
     buckets = [(f"{hour:%H}:00", f"{hour:%Y-%m-%d %H}:00", counts.get(hour.strftime(HOUR_KEY), 0)) for hour in hours]
@@ -186,16 +185,19 @@ def hourly_chart(calls: QuerySet[AuditRecord], now: datetime) -> Chart:
 
 
 def month_of_calls(calls: QuerySet[AuditRecord], first_day: datetime) -> tuple[Chart, list[tuple[str, int]]]:
-    """The daily chart and the busiest tools, from one pass over the month: counts per (day, tool)."""
-    rows = in_window(calls, first_day).annotate(day=bucket("day")).values("day", "tool").annotate(n=Count("id")).order_by()
-    per_day: Counter[str] = Counter()
-    per_tool: Counter[str] = Counter()
-    for row in rows:  # at most 30 days times the number of tools
-        per_day[bucket_key(row["day"], DAY_KEY)] += row["n"]
-        per_tool[row["tool"]] += row["n"]
-    days = [(first_day + timedelta(days=offset)).date() for offset in range(30)]
-    buckets = [(f"{day:%m-%d}", f"{day:%Y-%m-%d}", per_day[day.strftime(DAY_KEY)]) for day in days]
-    busiest = sorted(per_tool.items(), key=lambda item: (-item[1], item[0]))[:TOP_TOOLS]
+    """The daily chart and the busiest tools of the last 30 days.
+
+    A day's count is a count over a range of the (kind, created_at) index and the tools come from the (kind, tool,
+    created_at) one: neither reads a record, where grouping a month of records by day and tool (half a million
+    rows at a million records) took seconds.
+    """
+    starts = [first_day + timedelta(days=offset) for offset in range(31)]
+    buckets = [
+        (f"{start:%m-%d}", f"{start:%Y-%m-%d}", calls.filter(created_at__gte=start, created_at__lt=end).count())
+        for start, end in zip(starts, starts[1:])
+    ]
+    per_tool = calls.filter(created_at__gte=first_day).values_list("tool").annotate(n=Count("id")).order_by()
+    busiest = sorted(((tool, count) for tool, count in per_tool), key=lambda item: (-item[1], item[0]))[:TOP_TOOLS]
     return build_chart("chart-daily", "Calls per day, last 30 days", buckets, tick_every=5), busiest
 
 
@@ -204,8 +206,8 @@ def changelist_url(**params: str) -> str:
 
 
 def problem_counts(day_ago: datetime, first_day: datetime) -> list[dict[str, Any]]:
-    # Only finished records have an outcome; selecting by it alone lets the database use the outcome index.
-    problems = in_window(AuditRecord.objects.filter(outcome__in=[OUTCOME_ERROR, OUTCOME_DENIED]), first_day)
+    # Only finished records have an outcome; the (outcome, created_at) index answers each count without a record.
+    problems = AuditRecord.objects.filter(outcome__in=[OUTCOME_ERROR, OUTCOME_DENIED], created_at__gte=first_day)
     totals = problems.aggregate(
         error_day=Count("id", filter=Q(outcome=OUTCOME_ERROR, created_at__gte=day_ago)),
         error_month=Count("id", filter=Q(outcome=OUTCOME_ERROR)),

@@ -229,6 +229,32 @@ def test_the_call_list_never_counts_the_table(admin_client: Client, monkeypatch:
     assert len(listed_ids(admin_client.get(f"{CHANGELIST}?all="))) == 2
 
 
+def test_a_list_that_fits_on_one_page_runs_its_search_once(admin_client: Client) -> None:
+    make_call(arguments={"command": "echo hello"})
+    with CaptureQueriesContext(connection) as captured:
+        assert listed_ids(admin_client.get(f"{CHANGELIST}?q=no-such-words")) == []
+    searches = [q["sql"] for q in captured.captured_queries if "LIKE" in q["sql"].upper()]
+    assert len(searches) == 1, searches  # Django's changelist would run it again for a single page
+
+
+def test_the_list_searches_the_newest_records_and_offers_to_search_all(admin_client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("audit.admin.SEARCH_WINDOW", 4)  # records: two calls
+    old = make_call(arguments={"command": "echo needle"})
+    newer = [make_call(arguments={"command": f"echo hay {n}"}) for n in range(2)]
+    response = admin_client.get(f"{CHANGELIST}?q=echo")
+    assert listed_ids(response) == [record.pk for record in reversed(newer)]
+    content = response.content.decode()
+    assert 'id="audit-search-window"' in content and "Searched the newest 4 records" in content
+    link = re.search(r'<a href="([^"]+)" id="audit-search-all"', content).group(1).replace("&amp;", "&")  # type: ignore[union-attr]
+    assert link.startswith("?") and "search_all=1" in link and "q=echo" in link
+    link = CHANGELIST + link
+    assert listed_ids(admin_client.get(link)) == [record.pk for record in reversed([old, *newer])]
+    assert 'id="audit-search-window"' not in admin_client.get(link).content.decode()
+    assert 'id="audit-search-window"' not in admin_client.get(CHANGELIST).content.decode()  # only for a search
+    assert len(exported_ids(admin_client, "q=echo")) == 3  # the exports search every record
+    assert len(exported_ids(admin_client, "q=echo&search_all=1")) == 3
+
+
 # --- one call ---------------------------------------------------------------------------------------------------
 
 
