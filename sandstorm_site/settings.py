@@ -128,7 +128,8 @@ def _database_from_url(url: str) -> dict[str, object]:
     except ValueError as error:
         raise ImproperlyConfigured(f"DATABASE_URL has a bad port ({error})") from None
     return {
-        "ENGINE": "django.db.backends.postgresql",
+        # Django's backend, with connections that recover after PostgreSQL dropped them (a restart).
+        "ENGINE": "sandstorm_site.postgresql",
         "NAME": name,
         "USER": unquote(parts.username or ""),
         "PASSWORD": unquote(parts.password or ""),

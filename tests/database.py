@@ -70,6 +70,16 @@ def drop_postgres_database(url: str) -> None:
     _made.discard(name)
 
 
+def end_connections(url: str) -> int:
+    """End every connection to the database of `url`, as a restart of PostgreSQL would; returns how many."""
+    with closing(_connect_postgres(POSTGRES_URL)) as admin:
+        row = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) AS ended FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            (database_name(url),),
+        ).fetchone()
+    return int(row["ended"])
+
+
 def made_databases() -> frozenset[str]:
     return frozenset(_made)
 

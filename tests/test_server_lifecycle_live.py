@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import psutil
 import httpx2
 import pytest
 
+from tests.database import end_connections, requires_postgres
 from tests.live import INITIALIZE, MCP_HEADERS, auth_headers, make_server, mcp_client, poll, running_server, text_of
 
 pytestmark = [pytest.mark.live]
@@ -114,3 +116,25 @@ async def test_sigterm_shuts_down_cleanly_with_sessions_and_a_call_open(tmp_path
     assert marker.exists()
     # The call's process group was killed with the session, not orphaned.
     poll(lambda: not any(str(marker) in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])), 10, what="orphans to go")
+
+
+@requires_postgres
+@pytest.mark.anyio
+async def test_tool_calls_work_again_after_postgresql_dropped_every_connection(tmp_path: Path) -> None:
+    """As after a restart of PostgreSQL: the server's threads each held a connection that is now dead."""
+
+    async def call(number: int) -> bool:
+        with contextlib.suppress(Exception):  # a session that cannot even open counts as a failed call
+            async with mcp_client(server.mcp_url, server.token) as client:
+                result = await client.call_tool("terminal_exec", {"command": f"echo call-{number}"})
+                return not result.is_error and f"call-{number}" in text_of(result)
+        return False
+
+    with running_server(tmp_path) as server:
+        assert await call(0)
+        assert await anyio.to_thread.run_sync(end_connections, server.env["DATABASE_URL"]) > 0
+        outcomes = [await call(number) for number in range(1, 16)]
+        assert any(outcomes), "no call worked again"
+        first_good = outcomes.index(True)
+        assert all(outcomes[first_good:]), outcomes
+        assert first_good < 10, outcomes  # each dead connection fails once at most, then is replaced

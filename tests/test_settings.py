@@ -88,7 +88,7 @@ def test_database_url_selects_postgresql() -> None:
     from sandstorm_site.settings import _database_from_url
 
     config = _database_from_url("postgres://user:p%40ss@db.example:5433/sandstorm")
-    assert config["ENGINE"] == "django.db.backends.postgresql"
+    assert config["ENGINE"] == "sandstorm_site.postgresql"
     assert (config["USER"], config["PASSWORD"], config["HOST"], config["PORT"], config["NAME"]) == (
         "user", "p@ss", "db.example", "5433", "sandstorm"
     )
@@ -107,7 +107,7 @@ def test_the_database_url_switches_every_command_to_postgresql(tmp_path: Path) -
     result = run_manage(tmp_path, "shell", "-c", PRINT_SETTINGS, DATABASE_URL=url)
     assert result.returncode == 0, result.stderr
     database = json.loads(result.stdout.strip().splitlines()[-1])["db"]
-    assert database["ENGINE"] == "django.db.backends.postgresql" and database["NAME"] == "teamdb"
+    assert database["ENGINE"] == "sandstorm_site.postgresql" and database["NAME"] == "teamdb"
     assert (database["HOST"], database["PORT"], database["OPTIONS"]) == ("db.example", "5433", {"sslmode": "require"})
     assert not (tmp_path / "state" / "sandstorm.sqlite3").exists()
 

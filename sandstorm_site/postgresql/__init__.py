@@ -1,0 +1,1 @@
+"""Django's PostgreSQL backend, recovering from lost connections outside requests (see base.py)."""
