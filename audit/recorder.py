@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 from audit.chain import append
@@ -46,10 +48,27 @@ def request_actor(request: Any) -> Actor:
     )
 
 
+ACTOR_FIELDS = tuple(field.name for field in fields(Actor))
+
+# This process's audit writers take turns here before they ask the database for its write lock. SQLite's busy
+# handler waits for a lock by sleeping 1, 2, 5, 10, 15... ms between tries, so writers that race for it leave the
+# database idle between them; a Python lock hands over at once. (Other processes still wait the SQLite way.)
+_WRITE_TURN = threading.Lock()
+
+
+def _append(record: AuditRecord) -> AuditRecord:
+    if connection.in_atomic_block:
+        # Inside a transaction that may already hold the database's write lock: waiting for a turn here could
+        # deadlock with a writer that holds the turn and waits for that lock.
+        return append(record)
+    with _WRITE_TURN:
+        return append(record)
+
+
 def _base(kind: str, actor: Actor | None, instance_id: str) -> AuditRecord:
-    fields = asdict(actor) if actor else {}
-    fields["user_agent"] = fields.get("user_agent", "")[:300]
-    return AuditRecord(kind=kind, created_at=timezone.now(), instance_id=instance_id, **fields)
+    values = {name: getattr(actor, name) for name in ACTOR_FIELDS} if actor else {}
+    values["user_agent"] = values.get("user_agent", "")[:300]
+    return AuditRecord(kind=kind, created_at=timezone.now(), instance_id=instance_id, **values)
 
 
 def call_started(actor: Actor, tool: str, arguments: dict[str, Any], instance_id: str) -> AuditRecord:
@@ -62,7 +81,7 @@ def call_started(actor: Actor, tool: str, arguments: dict[str, Any], instance_id
     record.arguments_size = stored.size
     record.arguments_sha256 = stored.sha256
     record.detail = {"large_arguments": stored.large} if stored.large else None
-    return append(record)
+    return _append(record)
 
 
 def call_finished(
@@ -92,9 +111,9 @@ def call_finished(
         result_sha256=result.sha256,
     )
     # The finished record repeats who acted, so it can be read (and filtered) on its own.
-    for name in Actor.__dataclass_fields__:
+    for name in ACTOR_FIELDS:
         setattr(record, name, getattr(started, name))
-    return append(record)
+    return _append(record)
 
 
 def call_denied(actor: Actor, tool: str, arguments: dict[str, Any], reason: str, instance_id: str) -> AuditRecord:
@@ -106,7 +125,7 @@ def event(event_name: str, actor: Actor | None = None, /, *, instance_id: str = 
     record = _base(KIND_EVENT, actor, instance_id)
     record.event = event_name
     record.detail = detail or None
-    return append(record)
+    return _append(record)
 
 
 # Async forms for the tool path. Not thread-sensitive: audit writes run beside each other, serialized by the chain.
