@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import hmac
 import json
@@ -115,20 +116,64 @@ def lock_head() -> ChainHead:
     return head
 
 
+@dataclass(frozen=True)
+class _Statements:
+    """The three statements of an append, written once: compiling them through the ORM cost more CPU than running
+    them (the ORM's select_for_update, save and update were two thirds of an append)."""
+
+    head: str
+    insert: str
+    update: str
+    returning: bool
+
+
+_INSERTED = tuple(field for field in AuditRecord._meta.concrete_fields if not field.primary_key)
+
+
+@functools.cache
+def _statements(vendor: str) -> _Statements:
+    quote = connection.ops.quote_name
+    records, heads = quote(AuditRecord._meta.db_table), quote(ChainHead._meta.db_table)
+    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    returning = bool(connection.features.can_return_columns_from_insert)
+    columns = ", ".join(quote(field.column) for field in _INSERTED)
+    insert = f"INSERT INTO {records} ({columns}) VALUES ({', '.join(['%s'] * len(_INSERTED))})"
+    return _Statements(
+        head=f"SELECT {quote('mac')} FROM {heads} WHERE {quote('id')} = 1{lock}",
+        insert=insert + (f" RETURNING {quote('id')}" if returning else ""),
+        update=f"UPDATE {heads} SET {quote('mac')} = %s, {quote('last_record_id')} = %s WHERE {quote('id')} = 1",
+        returning=returning,
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _keyed(key: bytes) -> Mac:
+    return Mac(key)
+
+
 def append(record: AuditRecord) -> AuditRecord:
     """Insert `record` at the head of the chain. Writers serialize on the ChainHead row, so the chain cannot fork.
 
     Holding the lock until commit also means records commit in id order, so a reader that has seen record N has
-    seen every record before it.
+    seen every record before it. The statements are lock_head(), save() and update() as plain SQL.
     """
-    key = settings.AUDIT_HMAC_KEY
     make_storable(record)
-    with transaction.atomic():
-        head = lock_head()
-        record.prev_mac = head.mac
-        record.mac = compute_mac(key, record_values(record), record.prev_mac)
-        record.save(force_insert=True)
-        ChainHead.objects.filter(pk=1).update(mac=record.mac, last_record_id=record.id)
+    statements = _statements(connection.vendor)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(statements.head)
+        row = cursor.fetchone()
+        record.prev_mac = row[0] if row else lock_head().mac  # an empty chain: the ORM path creates the head row
+        content = canonical_bytes(record_values(record), record.prev_mac)
+        record.mac = _keyed(settings.AUDIT_HMAC_KEY).hexdigest(content)
+        values = [field.get_db_prep_save(field.pre_save(record, True), connection) for field in _INSERTED]
+        cursor.execute(statements.insert, values)
+        if statements.returning:
+            record.id = cursor.fetchone()[0]
+        else:
+            record.id = connection.ops.last_insert_id(cursor, AuditRecord._meta.db_table, "id")
+        cursor.execute(statements.update, [record.mac, record.id])
+    record._state.adding = False
+    record._state.db = connection.alias
     return record
 
 
