@@ -1,0 +1,150 @@
+"""The targets of issue 6, and the Markdown table of a run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+PAGE_LIMIT_S = 0.5
+MEMORY_LIMIT_MB = 50
+VERIFY_LIMIT_S = 30
+SPAWN_RATIO, HEALTH_RATIO = 4, 2
+CALLS_PER_S = 150
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.2f} ms" if value < 10 else f"{value:.1f} ms" if value < 1000 else f"{value / 1000:.2f} s"
+
+
+def _s(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f} s"
+
+
+def _mark(met: bool | None) -> str:
+    return "–" if met is None else "met" if met else "**NOT MET**"
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each target: what, the measured value, the limit and whether it is met."""
+    found: list[dict[str, Any]] = []
+
+    def add(key: str, what: str, value: Any, limit: str, met: bool | None) -> None:
+        found.append({"key": key, "what": what, "value": value, "limit": limit, "met": met})
+
+    seq = results.get("sequential", {})
+    if "terminal_exec_true" in seq:
+        ratio = seq["terminal_exec_true"]["ratio"]
+        add("exec_ratio", "terminal_exec true median / bash spawn floor", ratio, f"≤ {SPAWN_RATIO}x", ratio is not None and ratio <= SPAWN_RATIO)
+    if "file_read_1kb" in seq:
+        ratio = seq["file_read_1kb"]["ratio"]
+        add("read_ratio", "file_read 1 KB median / GET /health", ratio, f"≤ {HEALTH_RATIO}x", ratio is not None and ratio <= HEALTH_RATIO)
+    for name, case in results.get("throughput", {}).items():
+        growth = case.get("peak_growth_mb")
+        add(f"memory_{name}", f"peak memory growth, {case['label']}", growth, f"< {MEMORY_LIMIT_MB} MB",
+            None if growth is None else growth < MEMORY_LIMIT_MB)  # fmt: skip
+    load = results.get("concurrency")
+    if load:
+        audit = load["audit"]
+        add("errors", "concurrent clients: errors", sum(load["errors"].values()), "0", not load["errors"])
+        add("calls_per_s", "concurrent clients: calls/s", load["calls_per_s"], f"≥ {CALLS_PER_S}", load["calls_per_s"] >= CALLS_PER_S)
+        add("locked", 'concurrent clients: "database is locked" in the log', audit["database_locked_in_log"], "0",
+            audit["database_locked_in_log"] == 0)  # fmt: skip
+        exact = audit["records"] == audit["records_expected"] and audit["sessions_with_wrong_counts"] == 0
+        add("two_records", "audit records per call", f"{audit['records']}/{audit['records_expected'] // 2} calls", "exactly 2", exact)
+        add("chain", "audit chain after the load", audit["chain_intact"], "intact", audit["chain_intact"])
+    admin = results.get("admin")
+    if admin:
+        pages = admin["pages"]
+        add("list_first", "audit list page, first load", pages["list_first_s"], f"< {PAGE_LIMIT_S} s", pages["list_first_s"] < PAGE_LIMIT_S)
+        warm = pages["list_warm"]["p95_ms"] / 1000
+        add("list_warm", "audit list page, warm p95", warm, f"< {PAGE_LIMIT_S} s", warm < PAGE_LIMIT_S)
+        verify = admin["verify"]
+        seconds = verify["verify_s"]
+        add("verify", f"audit_verify of {verify['records_checked'] or 0:,} records", seconds, f"< {VERIFY_LIMIT_S} s",
+            verify["ok"] and seconds is not None and seconds < VERIFY_LIMIT_S)  # fmt: skip
+    return found
+
+
+def _met(found: list[dict[str, Any]], key: str) -> str:
+    for target in found:
+        if target["key"] == key:
+            return _mark(target["met"])
+    return "–"
+
+
+def table(results: dict[str, Any]) -> str:
+    """The Markdown table the README shows."""
+    found = results["targets"]
+    floors, seq = results["floors"], results["sequential"]
+    spawn, health = floors["spawn_bash"], floors["health"]
+    n = spawn["n"]
+    rows = [
+        "| # | measurement | median | p95 | vs floor | target | |",
+        "|---|---|---|---|---|---|---|",
+        f"| 1 | floor: asyncio spawn of `/bin/bash -c true` in the client ({n}) | {_ms(spawn['median_ms'])} | {_ms(spawn['p95_ms'])} | 1x | | |",
+        f"| 1 | floor: `GET /health`, keep-alive ({health['n']}) | {_ms(health['median_ms'])} | {_ms(health['p95_ms'])} | 1x | | |",
+    ]
+    exec_true, read_small = seq["terminal_exec_true"], seq["file_read_1kb"]
+    rows.append(
+        f"| 2 | `terminal_exec` `true`, one session ({exec_true['n']}) | {_ms(exec_true['median_ms'])} | "
+        f"{_ms(exec_true['p95_ms'])} | {exec_true['ratio']}x spawn | ≤ {SPAWN_RATIO}x | {_met(found, 'exec_ratio')} |"
+    )
+    rows.append(
+        f"| 3 | `file_read` 1 KB, one session ({read_small['n']}) | {_ms(read_small['median_ms'])} | "
+        f"{_ms(read_small['p95_ms'])} | {read_small['ratio']}x /health | ≤ {HEALTH_RATIO}x | {_met(found, 'read_ratio')} |"
+    )
+    for name, case in results["throughput"].items():
+        rows.append(
+            f"| 4 | {case['label']} ({case['n']}): {case['mb_per_s']} MB/s, peak memory +{case['peak_growth_mb']} MB, "
+            f"result {case['result_bytes'] / 1000:.0f} kB | {_ms(case['median_ms'])} | {_ms(case['p95_ms'])} | | "
+            f"< {MEMORY_LIMIT_MB} MB | {_met(found, f'memory_{name}')} |"
+        )
+    load = results["concurrency"]
+    audit, latency = load["audit"], load["latency"]
+    errors = ", ".join(f"{kind} {count}" for kind, count in sorted(load["errors"].items())) or "none"
+    rows.append(
+        f"| 5 | {load['clients']} clients × {load['calls_per_client']} `terminal_exec true`: **{load['calls_per_s']} calls/s**, "
+        f"errors: {errors} | {_ms(latency['median_ms'])} | {_ms(latency['p95_ms'])} | | ≥ {CALLS_PER_S}/s, no errors | "
+        f"{_combined(found, 'calls_per_s', 'errors')} |"
+    )
+    rows.append(
+        f"| 5 | audit after the load: {audit['records']} records for {audit['records_expected'] // 2} calls, chain "
+        f"{'intact' if audit['chain_intact'] else 'BROKEN'}, \"database is locked\" ×{audit['database_locked_in_log']} | | | | "
+        f"2 per call, intact, none | {_combined(found, 'two_records', 'chain', 'locked')} |"
+    )
+    admin = results["admin"]
+    pages, records = admin["pages"], admin["records"]
+    rows.append(f"| 6 | audit list page, {records:,} records: first load | {_s(pages['list_first_s'])} | | | < {PAGE_LIMIT_S} s | {_met(found, 'list_first')} |")
+    warm = pages["list_warm"]
+    rows.append(f"| 6 | audit list page, warm ({warm['n']}) | {_ms(warm['median_ms'])} | {_ms(warm['p95_ms'])} | | < {PAGE_LIMIT_S} s | {_met(found, 'list_warm')} |")
+    for name, label in (
+        ("list_filtered", "filtered by tool"), ("list_last_7_days", "filtered by date (last 7 days)"),
+        ("list_search", "search (matches)"), ("list_search_no_match", "search matching nothing (newest 200,000 records)"),
+        ("list_search_all_no_match", "search matching nothing, all records"), ("list_older_page", f"page {results['sizes']['older_page']}"),
+        ("overview", "overview page"),
+    ):  # fmt: skip
+        page = pages.get(name)
+        if page is None:
+            continue
+        rows.append(f"| 6 | {label} (first {_ms(page['first_ms'])}) | {_ms(page['median_ms'])} | {_ms(page['p95_ms'])} | | | |")
+    verify = admin["verify"]
+    rows.append(
+        f"| 6 | `audit_verify`, {verify['records_checked'] or 0:,} records (command: {_s(verify['command_wall_s'])}) | "
+        f"{_s(verify['verify_s'])} | | | < {VERIFY_LIMIT_S} s | {_met(found, 'verify')} |"
+    )
+    return "\n".join(rows)
+
+
+def _combined(found: list[dict[str, Any]], *keys: str) -> str:
+    marks = [target["met"] for target in found if target["key"] in keys]
+    return _mark(all(marks) if marks and None not in marks else None)
+
+
+def machine_line(results: dict[str, Any]) -> str:
+    machine = results["machine"]
+    return (
+        f"{machine['cpu']}, {machine['cores']} cores, {machine['memory_mb'] or '?'} MB, Python {machine['python']}, "
+        f"Linux {machine['kernel']}; load average {machine['load_average_1m']} at the start"
+        + ("; **--quick run** (targets are for the full run)" if results.get("quick") else "")
+    )

@@ -1,0 +1,86 @@
+"""`python -m bench --quick` end to end: every section of the results, with numbers that make sense (no targets)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.live import REPO
+
+pytestmark = pytest.mark.live
+
+SECTIONS = ("machine", "floors", "sequential", "throughput", "concurrency", "admin", "targets")
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:  # type: ignore[type-arg]
+    output = tmp_path_factory.mktemp("bench") / "latest.json"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SANDSTORM_")}
+    # The cached databases (var/bench/, git-ignored) are shared with `make bench`: built once per schema.
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--output", str(output)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads(output.read_text()), done.stdout
+
+
+def positive(stats: dict) -> bool:  # type: ignore[type-arg]
+    return stats["n"] > 0 and 0 < stats["median_ms"] <= stats["p95_ms"] < 60_000
+
+
+def test_the_quick_run_writes_every_section(quick_run: tuple[dict, str]) -> None:  # type: ignore[type-arg]
+    results, _ = quick_run
+    assert results["quick"] is True
+    assert set(SECTIONS) <= set(results)
+    assert results["machine"]["cores"] >= 1 and results["machine"]["python"]
+
+
+def test_the_floors_and_the_sequential_calls_have_sane_timings(quick_run: tuple[dict, str]) -> None:  # type: ignore[type-arg]
+    results, _ = quick_run
+    assert positive(results["floors"]["spawn_bash"]) and positive(results["floors"]["health"])
+    for name in ("terminal_exec_true", "file_read_1kb"):
+        case = results["sequential"][name]
+        assert positive(case) and case["ratio"] > 0, name
+
+
+def test_large_results_are_capped_and_measured(quick_run: tuple[dict, str]) -> None:  # type: ignore[type-arg]
+    results, _ = quick_run
+    for name, case in results["throughput"].items():
+        assert case["mb_per_s"] > 0, name
+        assert 0 < case["result_bytes"] < case["payload_bytes"], name  # the server caps what it sends
+        if Path("/proc/self/clear_refs").exists():
+            assert case["peak_growth_mb"] is not None and case["peak_growth_mb"] >= 0, name
+
+
+def test_concurrent_clients_leave_two_audit_records_per_call_and_an_intact_chain(quick_run: tuple[dict, str]) -> None:  # type: ignore[type-arg]
+    load = quick_run[0]["concurrency"]
+    assert load["errors"] == {}
+    assert load["calls"] == load["clients"] * load["calls_per_client"] and load["calls_per_s"] > 0
+    audit = load["audit"]
+    assert audit["records"] == audit["records_expected"] == 2 * load["calls"]
+    assert audit["sessions_with_wrong_counts"] == 0 and audit["chain_intact"]
+    assert audit["database_locked_in_log"] == 0
+
+
+def test_the_admin_pages_and_audit_verify_ran_on_the_seeded_records(quick_run: tuple[dict, str]) -> None:  # type: ignore[type-arg]
+    admin = quick_run[0]["admin"]
+    assert admin["records"] == 10_000
+    assert admin["pages"]["list_first_s"] > 0 and positive(admin["pages"]["list_warm"])
+    for name in ("list_filtered", "list_last_7_days", "list_search", "list_search_no_match", "list_search_all_no_match",
+                 "list_older_page", "overview"):  # fmt: skip
+        assert positive(admin["pages"][name]), name
+    assert admin["verify"]["ok"] and admin["verify"]["records_checked"] >= 10_000 and admin["verify"]["verify_s"] >= 0
+
+
+def test_the_table_marks_each_target(quick_run: tuple[dict, str]) -> None:  # type: ignore[type-arg]
+    results, printed = quick_run
+    keys = {target["key"] for target in results["targets"]}
+    assert {"exec_ratio", "read_ratio", "errors", "calls_per_s", "locked", "two_records", "chain", "list_first", "verify"} <= keys
+    assert all(target["met"] in (True, False, None) for target in results["targets"])
+    assert "| # | measurement | median | p95 |" in printed and "targets met" in printed
