@@ -9,6 +9,7 @@ token for our resource without an MCP scope raises InsufficientScope (403 at the
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 from dataclasses import dataclass
@@ -16,6 +17,8 @@ from typing import TypeVar
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import connection
 from django.db.models import Model, QuerySet
 from django.utils import timezone
 from oauth2_provider.models import AccessToken
@@ -81,13 +84,32 @@ def _one(queryset: QuerySet[T]) -> T | None:
     return None
 
 
+@functools.cache
+def _bearer_sql() -> str:
+    """The token with its user's name and active flag, by hash: written once, where building the same query through
+    the ORM (select_related) on every request cost four times as much CPU as running it."""
+    user_model = get_user_model()
+    quote = connection.ops.quote_name
+    columns = ", ".join(f"t.{quote(field.column)}" for field in BearerToken._meta.concrete_fields)
+    username = quote(user_model._meta.get_field(user_model.USERNAME_FIELD).column)
+    has_active = any(field.name == "is_active" for field in user_model._meta.concrete_fields)
+    active = f"u.{quote('is_active')}" if has_active else "1"  # AbstractBaseUser: always active
+    user_id = quote(BearerToken._meta.get_field("user").column)
+    return (
+        f"SELECT {columns}, u.{username} AS user_username, {active} AS user_is_active "
+        f"FROM {quote(BearerToken._meta.db_table)} t INNER JOIN {quote(user_model._meta.db_table)} u "
+        f"ON u.{quote(user_model._meta.pk.column)} = t.{user_id} WHERE t.{quote('token_hash')} = %s"
+    )
+
+
 def _lookup_bearer(raw: str, client_address: str = "") -> BearerToken | None:
+    """The active token for `raw` of an active user, with `user_username` and `user_is_active` set on it."""
     digest = hash_token(raw)
-    token = _one(BearerToken.objects.select_related("user").filter(token_hash=digest))
+    token = next(iter(BearerToken.objects.raw(_bearer_sql(), [digest])), None)
     # The lookup is by an index on the hash; compare again in constant time so no timing depends on the secret.
     if token is None or not hmac.compare_digest(token.token_hash, digest):
         return None
-    if not token.is_active or not token.user.is_active:
+    if not token.is_active or not token.user_is_active:
         return None
     now = timezone.now()
     if token.last_used_at is None:
@@ -129,7 +151,7 @@ def _principal_for(raw: str, client_address: str, user_agent: str) -> Principal 
             return None
         return Principal(
             user_id=bearer.user_id,
-            username=bearer.user.get_username(),
+            username=bearer.user_username,
             credential_kind=KIND_BEARER,
             credential_id=bearer.pk,
             credential_name=bearer.name,
