@@ -13,8 +13,9 @@ usage() {
 Usage: SANDSTORM_DOMAIN=mcp.example.com bash deploy/install.sh [--dry-run] [--agent-sudo]
 
 Installs or upgrades Sandstorm: packages, the `sandstorm` and agent users, the code in /opt/sandstorm-mcp, the
-configuration /etc/sandstorm-mcp.env (written once, never overwritten), the systemd service and timers, the Caddy
-site for SANDSTORM_DOMAIN; then migrates the database and smoke-tests the server.
+configuration /etc/sandstorm-mcp.env (written once, never overwritten), the systemd services (the server, as
+`sandstorm`, and the tool executor, as the agent user) and timers, the Caddy site for SANDSTORM_DOMAIN; then
+migrates the database and smoke-tests the server.
 
   --dry-run     print what would be done, change nothing
   --agent-sudo  let tools install distribution packages (workspace_install with apt) through sudo; this lets
@@ -31,6 +32,7 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PREFIX="${SANDSTORM_PREFIX:-}"
 PREFIX="${PREFIX%/}"
 SERVICE="sandstorm-mcp"
+EXECUTOR="$SERVICE-executor"
 SERVICE_USER="sandstorm"
 AGENT_USER="${SANDSTORM_AGENT_USER:-sandstorm-agent}"
 CADDY_GROUP="caddy"
@@ -42,10 +44,17 @@ BACKUP_DIR="$STATE_DIR/backups"
 AGENT_HOME="$PREFIX/home/$AGENT_USER"
 WORKSPACE="$AGENT_HOME/workspace"
 ENV_FILE="$PREFIX/etc/$SERVICE.env"
+# Optional, the admin's: what tool processes may get (SANDSTORM_TOOL_ENV_ALLOW and its variables); never written here.
+EXECUTOR_ENV_FILE="$PREFIX/etc/$EXECUTOR.env"
 RUN_DIR="$PREFIX/run/$SERVICE"
 SOCKET="$RUN_DIR/daphne.sock"
+# The directory of the executor's socket (systemd's: sandstorm-mcp-executor.socket); the server's unit, the
+# maintenance units and sandstorm-manage point at the socket in it.
+EXECUTOR_RUN_DIR="$PREFIX/run/$EXECUTOR"
 UNIT_DIR="$PREFIX/etc/systemd/system"
-DROP_IN="$UNIT_DIR/$SERVICE.service.d/agent-sudo.conf"
+DROP_IN="$UNIT_DIR/$EXECUTOR.service.d/agent-sudo.conf"
+# Where installers before privilege separation put the drop-in (tools ran in the server's unit then).
+OLD_DROP_IN="$UNIT_DIR/$SERVICE.service.d/agent-sudo.conf"
 SUDOERS_FILE="$PREFIX/etc/sudoers.d/$SERVICE"
 CADDY_DIR="$PREFIX/etc/caddy"
 CADDY_SITE="$CADDY_DIR/$SERVICE.caddy"
@@ -66,6 +75,8 @@ CHANGED_CODE=0
 CHANGED_UNITS=0
 CHANGED_CONFIG=0
 CHANGED_CADDY=0
+CHANGED_GROUPS=0
+CHANGED_SOCKET=0
 FIRST_INSTALL=0
 
 say() { printf '==> %s\n' "$*"; }
@@ -180,6 +191,9 @@ render() {
     text="${text//@STATE_DIR@/$STATE_DIR}"
     text="${text//@ENV_FILE@/$ENV_FILE}"
     text="${text//@RUN_DIR@/$RUN_DIR}"
+    text="${text//@EXECUTOR_RUN_DIR@/$EXECUTOR_RUN_DIR}"
+    text="${text//@EXECUTOR_ENV_FILE@/$EXECUTOR_ENV_FILE}"
+    text="${text//@WORKSPACE@/$WORKSPACE}"
     text="${text//@SERVICE_USER@/$SERVICE_USER}"
     text="${text//@AGENT_USER@/$AGENT_USER}"
     text="${text//@AGENT_HOME@/$AGENT_HOME}"
@@ -230,15 +244,18 @@ ensure_owner() {
     [ "$(as_root stat -c %U:%G "$path")" = "$owner" ] || run chown "$owner" "$path"
 }
 
+# MODE is octal (0750). chmod gets it with one more leading zero (00750): for a directory, GNU chmod keeps a
+# setgid bit that a plain 0750 does not mention, and an older install made the workspace setgid.
 ensure_dir() {
-    local path="$1" mode="$2" owner="$3"
+    local path="$1" mode="$2" owner="$3" want
+    want="$(printf '%o' "$((8#$mode))")"
     if ! as_root test -d "$path"; then
         run mkdir -p "$path"
-        run chmod "$mode" "$path"
+        run chmod "0$mode" "$path"
         run chown "$owner" "$path"
         return 0
     fi
-    [ "$(as_root stat -c %a "$path")" = "${mode#0}" ] || run chmod "$mode" "$path"
+    [ "$(as_root stat -c %a "$path")" = "$want" ] || run chmod "0$mode" "$path"
     ensure_owner "$path" "$owner"
 }
 
@@ -277,15 +294,17 @@ ensure_users() {
         run useradd --system --user-group --home-dir "$STATE_DIR" --no-create-home \
             --shell /usr/sbin/nologin --comment "Sandstorm MCP server" "$SERVICE_USER"
     fi
-    # The agent user owns the workspace and will run the tools (privilege separation); it has a shell because
-    # tools are shell commands, and no access to the state dir.
+    # The agent user owns the workspace and runs the tools (the executor's unit); it has a shell because tools are
+    # shell commands, and no access to the state dir.
     if ! user_exists "$AGENT_USER"; then
         run useradd --system --user-group --home-dir "$AGENT_HOME" --no-create-home \
             --shell /bin/bash --comment "Sandstorm agent (runs tools)" "$AGENT_USER"
     fi
-    # Until tools run as the agent user, the server writes the workspace through the agent's group.
-    if ! in_group "$SERVICE_USER" "$AGENT_USER"; then
-        run usermod --append --groups "$AGENT_USER" "$SERVICE_USER"
+    # Installers before privilege separation let the server write the workspace through the agent's group. The
+    # server no longer touches the workspace, and the agent's files are none of its business: out it goes.
+    if in_group "$SERVICE_USER" "$AGENT_USER"; then
+        run gpasswd -d "$SERVICE_USER" "$AGENT_USER"
+        CHANGED_GROUPS=1
     fi
     if [ "$DRY_RUN" -eq 0 ] && ! getent group "$CADDY_GROUP" >/dev/null; then
         die "the group '$CADDY_GROUP' does not exist; the caddy package should have created it (is caddy installed?)"
@@ -298,9 +317,24 @@ ensure_dirs() {
     ensure_dir "$STATE_DIR" 0700 "$SERVICE_USER:$SERVICE_USER"
     ensure_dir "$BACKUP_DIR" 0700 "$SERVICE_USER:$SERVICE_USER"
     ensure_dir "$AGENT_HOME" 0750 "$AGENT_USER:$AGENT_USER"
-    # setgid: what the server creates in the workspace keeps the agent's group.
-    ensure_dir "$WORKSPACE" 2770 "$AGENT_USER:$AGENT_USER"
+    # The agent's alone: only the executor, running as the agent user, works in it.
+    ensure_dir "$WORKSPACE" 0750 "$AGENT_USER:$AGENT_USER"
+    adopt_server_files
     ensure_dir "$APP_ROOT" 0755 root:root
+}
+
+# Before privilege separation tools ran as the server user, so an upgraded workspace holds files the server user
+# owns. The agent user takes them over: it could not chmod them, and git refuses to work in a repository another
+# user owns ("dubious ownership").
+adopt_server_files() {
+    local uid
+    uid="$(getent passwd "$SERVICE_USER" | cut -d: -f3 || true)"  # none yet on a first dry run
+    if [ -z "$uid" ] || ! as_root test -d "$WORKSPACE"; then
+        return 0
+    fi
+    if [ -n "$(as_root find "$WORKSPACE" -xdev -uid "$uid" -print -quit 2>/dev/null)" ]; then
+        run chown -R --no-dereference --from="$SERVICE_USER" "$AGENT_USER:$AGENT_USER" "$WORKSPACE"
+    fi
 }
 
 git_repo() { git -c safe.directory="$REPO" -C "$REPO" "$@"; }
@@ -424,6 +458,13 @@ check_env_file() {
     for name in "${REQUIRED_VARS[@]}"; do
         env_file_value "$name" >/dev/null || warn "$ENV_FILE does not set $name, which this version needs (see deploy/env.example)"
     done
+    # The executor, not the server, starts tool processes: it reads its own file, never the server's.
+    if env_file_value SANDSTORM_TOOL_ENV_ALLOW >/dev/null; then
+        warn "$ENV_FILE sets SANDSTORM_TOOL_ENV_ALLOW, which tools no longer get from there: move it, and the variables it names, to $EXECUTOR_ENV_FILE (see deploy/executor.env.example)"
+    fi
+    if env_file_value SANDSTORM_EXECUTOR_SOCKET >/dev/null; then
+        warn "$ENV_FILE sets SANDSTORM_EXECUTOR_SOCKET, overriding the server unit's ($EXECUTOR_RUN_DIR/executor.sock): remove it unless you moved the executor"
+    fi
     url="$(env_file_value SANDSTORM_PUBLIC_URL || true)"
     if [ -n "$url" ] && [ "$url" != "$PUBLIC_URL" ]; then
         warn "$ENV_FILE has SANDSTORM_PUBLIC_URL=$url, but SANDSTORM_DOMAIN is $DOMAIN: edit the file if the name changed"
@@ -452,6 +493,11 @@ bootstrap() {
 install_units() {
     say "systemd units"
     local template
+    if put_rendered "$REPO/deploy/$EXECUTOR.socket" "$UNIT_DIR/$EXECUTOR.socket" 0644 root:root; then
+        CHANGED_UNITS=1
+        CHANGED_SOCKET=1
+    fi
+    put_rendered "$REPO/deploy/$EXECUTOR.service" "$UNIT_DIR/$EXECUTOR.service" 0644 root:root && CHANGED_UNITS=1
     put_rendered "$REPO/deploy/sandstorm-mcp.service" "$UNIT_DIR/$SERVICE.service" 0644 root:root && CHANGED_UNITS=1
     for template in "$REPO"/deploy/systemd/*.service "$REPO"/deploy/systemd/*.timer; do
         put_rendered "$template" "$UNIT_DIR/$(basename "$template")" 0644 root:root && CHANGED_UNITS=1
@@ -462,7 +508,12 @@ install_units() {
     fi
 }
 
+# The drop-in goes on the executor's unit, where tools run; one left on the server's unit by an older installer goes.
 configure_agent_sudo() {
+    if remove_file "$OLD_DROP_IN"; then
+        CHANGED_UNITS=1
+        run rmdir --ignore-fail-on-non-empty "$(dirname "$OLD_DROP_IN")"
+    fi
     if [ "$AGENT_SUDO" -eq 0 ]; then
         if remove_file "$DROP_IN"; then CHANGED_UNITS=1; fi
         if remove_file "$SUDOERS_FILE"; then
@@ -489,6 +540,8 @@ unit_active() { systemctl is-active --quiet "$1" 2>/dev/null; }
 
 enable_units() {
     local timer
+    unit_enabled "$EXECUTOR.socket" || run systemctl enable "$EXECUTOR.socket"
+    unit_enabled "$EXECUTOR.service" || run systemctl enable "$EXECUTOR.service"
     unit_enabled "$SERVICE.service" || run systemctl enable "$SERVICE.service"
     for timer in backup cleartokens prune-clients prune-output; do
         unit_enabled "$SERVICE-$timer.timer" || run systemctl enable --now "$SERVICE-$timer.timer"
@@ -501,23 +554,62 @@ enable_units() {
     fi
 }
 
-# Stop the server before new code and dependencies go in under it, so nothing runs half-upgraded.
+# Stop both services before new code and dependencies go in under them, so nothing runs half-upgraded: the server
+# first (it has the executor end the calls in flight and records them as cancelled), then the executor.
+# Background processes agents started keep running (the executor's unit has KillMode=process).
 stop_for_upgrade() {
-    if [ "$CHANGED_CODE" -eq 1 ] && unit_active "$SERVICE.service"; then
+    end_old_layout_processes
+    [ "$CHANGED_CODE" -eq 1 ] || return 0
+    if unit_active "$SERVICE.service"; then
         say "Stopping the server for the upgrade (running tool calls are finished or recorded as cancelled)"
         run systemctl stop "$SERVICE.service"
     fi
+    if unit_active "$EXECUTOR.service"; then
+        say "Stopping the tool executor for the upgrade (background processes keep running)"
+        run systemctl stop "$EXECUTOR.service"
+    fi
 }
 
+# Installs before privilege separation ran the tools in the server's unit, with KillMode=process: background
+# processes agents started there may still run, as the server user, with its access to the database and secrets.
+# None may outlive the move to the executor (which could not even signal them): the server stops, and they end.
+end_old_layout_processes() {
+    as_root grep -qx 'KillMode=process' "$UNIT_DIR/$SERVICE.service" 2>/dev/null || return 0
+    say "Ending what agents started inside the server's unit (before privilege separation, tools ran as $SERVICE_USER)"
+    if unit_active "$SERVICE.service"; then
+        run systemctl stop "$SERVICE.service"
+    fi
+    run systemctl kill --signal=SIGKILL "$SERVICE.service" ||
+        warn "could not end the processes left in $SERVICE.service; see: systemctl status $SERVICE"
+    [ "$DRY_RUN" -eq 1 ] || note "background processes started before this upgrade ran as $SERVICE_USER and were ended; from now on tools run as $AGENT_USER"
+}
+
+# The executor's socket, then the executor, then the server (whose smoke test needs the executor). Each is
+# (re)started only if something it runs changed.
 start_service() {
-    say "Service"
+    say "Services"
     enable_units
-    if ! unit_active "$SERVICE.service"; then
-        run systemctl start "$SERVICE.service"
-    elif [ $((CHANGED_CODE + CHANGED_UNITS + CHANGED_CONFIG)) -gt 0 ]; then
-        run systemctl restart "$SERVICE.service"
+    # systemd will not restart a socket whose service holds it: a changed socket unit takes the executor down first.
+    if [ "$CHANGED_SOCKET" -eq 1 ] && unit_active "$EXECUTOR.socket"; then
+        if unit_active "$EXECUTOR.service"; then
+            run systemctl stop "$EXECUTOR.service"
+        fi
+        run systemctl restart "$EXECUTOR.socket"
+    elif ! unit_active "$EXECUTOR.socket"; then
+        run systemctl start "$EXECUTOR.socket"
+    fi
+    start_or_restart "$EXECUTOR.service" $((CHANGED_CODE + CHANGED_UNITS))
+    start_or_restart "$SERVICE.service" $((CHANGED_CODE + CHANGED_UNITS + CHANGED_CONFIG + CHANGED_GROUPS))
+}
+
+start_or_restart() {
+    local unit="$1" changes="$2"
+    if ! unit_active "$unit"; then
+        run systemctl start "$unit"
+    elif [ "$changes" -gt 0 ]; then
+        run systemctl restart "$unit"
     else
-        note "running, nothing to restart"
+        note "$unit running, nothing to restart"
     fi
 }
 
@@ -566,24 +658,43 @@ ensure_caddy_import() {
 # --- smoke test over the local socket ------------------------------------------------------------------------
 http() { as_root curl --silent --show-error --max-time 20 --unix-socket "$SOCKET" "$@"; }
 
+# Until /health answers 200, which it does only when the executor answers the server too (503 otherwise).
 wait_until_ready() {
-    local deadline=$((SECONDS + READY_DEADLINE))
-    until [ "$(http -o /dev/null -w '%{http_code}' "http://$DOMAIN/health" 2>/dev/null || true)" = 200 ]; do
+    local deadline=$((SECONDS + READY_DEADLINE)) status
+    while true; do
+        status="$(http -o /dev/null -w '%{http_code}' "http://$DOMAIN/health" 2>/dev/null || true)"
+        [ "$status" = 200 ] && return 0
         if [ "$SECONDS" -ge "$deadline" ]; then
+            if [ "$status" = 503 ]; then
+                die "/health answers 503: the server runs, but the tool executor does not answer on $EXECUTOR_RUN_DIR/executor.sock: see journalctl -u $EXECUTOR"
+            fi
             die "the server did not answer /health on $SOCKET within ${READY_DEADLINE}s: see journalctl -u $SERVICE"
         fi
         sleep 0.5
     done
 }
 
+# /health's report on the executor: "MODE USER" (mode "service" when it runs under its own unit).
+executor_report() {
+    http "http://$DOMAIN/health" | python3 -c '
+import json, sys
+executor = json.load(sys.stdin).get("executor") or {}
+print(executor.get("mode", "?") if executor.get("ok") else "down", executor.get("user", "?"))'
+}
+
 smoke_test() {
     say "Smoke test (local socket $SOCKET)"
     if [ "$DRY_RUN" -eq 1 ]; then
-        note "would check /health, /mcp without and with a token, and the OAuth protected-resource metadata"
+        note "would check /health (and that the executor runs the tools as $AGENT_USER), /mcp without and with a token, and the OAuth protected-resource metadata"
         return 0
     fi
     wait_until_ready
-    note "/health: 200"
+    local report
+    report="$(executor_report)" || die "/health answered 200 but not with the executor's status: see journalctl -u $SERVICE"
+    if [ "$report" != "service $AGENT_USER" ]; then
+        die "/health reports the tool executor as '$report', not 'service $AGENT_USER': tools must run as $AGENT_USER in the executor's own unit (see journalctl -u $EXECUTOR, and SANDSTORM_EXECUTOR_SOCKET in $UNIT_DIR/$SERVICE.service)"
+    fi
+    note "/health: 200, tools run by the executor as $AGENT_USER"
     local headers status
     headers="$(mktemp)"
     status="$(http -o /dev/null -D "$headers" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
@@ -636,9 +747,10 @@ Sandstorm is running at $PUBLIC_URL
   Admin:            $PUBLIC_URL/admin/  (user admin)
   New token:        sudo sandstorm-manage create_token NAME
   Data:             $STATE_DIR (database, secret_key, audit_key; a nightly copy in $BACKUP_DIR)
-  Workspace:        $WORKSPACE
-  Configuration:    $ENV_FILE
-  Logs:             journalctl -u $SERVICE -f   (Caddy: journalctl -u caddy)
+  Workspace:        $WORKSPACE  (the agent user $AGENT_USER's; tools run as $AGENT_USER in $EXECUTOR)
+  Configuration:    $ENV_FILE  (tools' variables: $EXECUTOR_ENV_FILE, optional)
+  Services:         systemctl status $SERVICE $EXECUTOR
+  Logs:             journalctl -u $SERVICE -u $EXECUTOR -f   (Caddy: journalctl -u caddy)
   Upgrade:          git pull && SANDSTORM_DOMAIN=$DOMAIN bash deploy/install.sh
 EOF
     if [ "$FIRST_INSTALL" -eq 1 ]; then

@@ -1,13 +1,17 @@
 """The Caddy site for real: Caddy (Debian's) in front of a real server on a Unix socket, as in production.
 
 The site is rendered for plain HTTP on a loopback port (automatic HTTPS needs a public name); everything else is the
-production site: the socket upstream, streaming, the body limit, headers and the JSON access log.
+production site: the socket upstream, streaming, the body limit, headers and the JSON access log. Behind the server,
+as in production, the tool executor runs as a service of its own, socket-activated on the socket the server is
+given (SANDSTORM_EXECUTOR_SOCKET), here as the same OS user as the server (two users need root; the production
+layout's own tests cover them).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -15,18 +19,48 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
+import psutil
 import pytest
 
 from tests.live import REPO, LiveServer, free_port, make_server, mcp_client, poll, text_of
-from tests.test_deploy_files import caddy_env, rendered_caddyfile
+from tests.test_deploy_files import caddy_env, need, rendered_caddyfile
 
 pytestmark = [pytest.mark.live]
 SITE_LIMIT = 65536  # smaller than the app's own limit, so a 413 below the app's limit can only come from Caddy
 
 
 @contextlib.contextmanager
+def executor_on_socket(root: Path, workspace: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    """The executor as its units run it: socket activation (systemd-socket-activate makes and holds the listening
+    socket, the executor takes it as fd 3 at the first connection), its own environment (none of the server's)."""
+    socket = root / "run-executor" / "executor.sock"
+    socket.parent.mkdir(parents=True)
+    log_path = root / "executor.log"
+    env = {"PATH": os.environ["PATH"], "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1"}
+    argv = [need("systemd-socket-activate"), "--listen", str(socket), *(f"--setenv={name}" for name in env)]
+    argv += [sys.executable, "-m", "mcpserver.executor", "--workspace", str(workspace), "--allow-uid", str(os.getuid())]
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        poll(lambda: socket.exists() or process.poll() is not None, 30, what="the executor's socket")
+        assert process.poll() is None, log_path.read_text()
+        yield process, socket
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+@contextlib.contextmanager
 def server_on_socket(root: Path, public_url: str) -> Iterator[tuple[LiveServer, Path]]:
-    server = make_server(root, SANDSTORM_PUBLIC_URL=public_url)
+    root.mkdir(parents=True, exist_ok=True)
+    with executor_on_socket(root, root / "workspace") as (_, executor_socket):
+        server = make_server(root, SANDSTORM_PUBLIC_URL=public_url, SANDSTORM_EXECUTOR_SOCKET=str(executor_socket))
+        with _daphne_on_socket(server, root) as socket:
+            yield server, socket
+
+
+@contextlib.contextmanager
+def _daphne_on_socket(server: LiveServer, root: Path) -> Iterator[Path]:
     socket = root / "run" / "daphne.sock"
     socket.parent.mkdir(parents=True)
     server.manage("bootstrap")
@@ -37,7 +71,7 @@ def server_on_socket(root: Path, public_url: str) -> Iterator[tuple[LiveServer, 
     try:
         poll(lambda: socket.exists() or server.process.poll() is not None, 30, what="the server's socket")  # type: ignore[union-attr]
         assert server.process.poll() is None, server.log()
-        yield server, socket
+        yield socket
     finally:
         server.stop()
 
@@ -82,6 +116,8 @@ def test_health_through_caddy_has_the_security_headers_and_no_server_banner(stac
     _, url, _ = stack
     response = httpx2.get(f"{url}/health")
     assert response.status_code == 200
+    # The executor the server found on SANDSTORM_EXECUTOR_SOCKET, not a child of its own.
+    assert response.json()["executor"]["ok"] is True and response.json()["executor"]["mode"] == "service"
     assert response.headers["x-content-type-options"] == "nosniff"
     assert response.headers["strict-transport-security"].startswith("max-age=")
     assert "server" not in response.headers
@@ -99,8 +135,12 @@ async def test_an_mcp_session_works_through_caddy(stack: tuple[LiveServer, str, 
     server, url, _ = stack
     # The legacy handshake needs Mcp-Session-Id to pass both ways.
     async with mcp_client(f"{url}/mcp", server.token) as client:
-        result = await client.call_tool("terminal_exec", {"command": "echo through-caddy"})
+        result = await client.call_tool("terminal_exec", {"command": "echo through-caddy; echo $PPID > executor-child"})
     assert "through-caddy" in text_of(result)
+    # Run by the executor on SANDSTORM_EXECUTOR_SOCKET, the one started above, not by a child of the server's own.
+    parent = psutil.Process(int((server.workspace / "executor-child").read_text()))
+    assert "mcpserver.executor" in parent.cmdline()
+    assert server.process is not None and parent.pid not in {child.pid for child in psutil.Process(server.process.pid).children(recursive=True)}
 
 
 def test_caddy_refuses_a_body_over_the_limit(stack: tuple[LiveServer, str, Path]) -> None:

@@ -15,7 +15,11 @@ from tests.live import REPO
 
 DEPLOY = REPO / "deploy"
 SHELL_SCRIPTS = [DEPLOY / "install.sh", DEPLOY / "sandstorm-manage", REPO / ".ci" / "run"]
-UNIT_TEMPLATES = [DEPLOY / "sandstorm-mcp.service", *sorted((DEPLOY / "systemd").glob("*.service")), *sorted((DEPLOY / "systemd").glob("*.timer"))]
+SERVER_UNIT, EXECUTOR_UNIT = DEPLOY / "sandstorm-mcp.service", DEPLOY / "sandstorm-mcp-executor.service"
+EXECUTOR_SOCKET_UNIT = DEPLOY / "sandstorm-mcp-executor.socket"
+MAINTENANCE_UNITS = sorted((DEPLOY / "systemd").glob("*.service"))
+UNIT_TEMPLATES = [SERVER_UNIT, EXECUTOR_UNIT, EXECUTOR_SOCKET_UNIT, *MAINTENANCE_UNITS, *sorted((DEPLOY / "systemd").glob("*.timer"))]
+EXECUTOR_SOCKET = "@EXECUTOR_RUN_DIR@/executor.sock"
 LONGEST_TOOL_TIMEOUT_S = 300  # terminal_exec's upper bound
 
 
@@ -59,7 +63,7 @@ ENVIRONMENTAL = (
 
 def rendered_units(tmp_path: Path) -> Path:
     """The unit templates rendered with paths that exist here: this repository, this virtualenv, temporary dirs."""
-    for name in ("state", "home/agent", "run"):
+    for name in ("state", "home/agent/workspace", "run", "run-executor"):
         (tmp_path / name).mkdir(parents=True)
     (tmp_path / "sandstorm-mcp.env").write_text("SANDSTORM_PUBLIC_URL=https://mcp.example.com\n")
     values = {
@@ -68,6 +72,9 @@ def rendered_units(tmp_path: Path) -> Path:
         "STATE_DIR": str(tmp_path / "state"),
         "ENV_FILE": str(tmp_path / "sandstorm-mcp.env"),
         "RUN_DIR": str(tmp_path / "run"),
+        "EXECUTOR_RUN_DIR": str(tmp_path / "run-executor"),
+        "EXECUTOR_ENV_FILE": str(tmp_path / "sandstorm-mcp-executor.env"),
+        "WORKSPACE": str(tmp_path / "home/agent/workspace"),
         "SERVICE_USER": "sandstorm",
         "AGENT_USER": "sandstorm-agent",
         "AGENT_HOME": str(tmp_path / "home/agent"),
@@ -77,9 +84,9 @@ def rendered_units(tmp_path: Path) -> Path:
     units.mkdir()
     for template in UNIT_TEMPLATES:
         (units / template.name).write_text(render(template, values))
-    # The agent-sudo drop-in, verified as systemd would apply it: appended to the unit it extends.
-    with_drop_in = render(DEPLOY / "sandstorm-mcp.service", values) + render(DEPLOY / "systemd" / "agent-sudo.conf", values)
-    (units / "sandstorm-mcp-with-agent-sudo.service").write_text(with_drop_in)
+    # The agent-sudo drop-in, verified as systemd would apply it: appended to the unit it extends (the executor's).
+    with_drop_in = render(EXECUTOR_UNIT, values) + render(DEPLOY / "systemd" / "agent-sudo.conf", values)
+    (units / "sandstorm-mcp-executor-with-agent-sudo.service").write_text(with_drop_in)
     return units
 
 
@@ -100,18 +107,93 @@ def directives(unit: Path) -> dict[str, list[str]]:
     return found
 
 
+LEFT_OUT_FOR_AGENTS = ("MemoryDenyWriteExecute", "SystemCallFilter", "RestrictNamespaces", "PrivateDevices", "CapabilityBoundingSet", "PrivateTmp", "UMask")
+
+
 def test_the_service_runs_daphne_on_a_socket_only_caddy_can_reach() -> None:
-    unit = directives(DEPLOY / "sandstorm-mcp.service")
+    unit = directives(SERVER_UNIT)
     assert unit["ExecStart"] == ["@VENV@/bin/python @APP_DIR@/manage.py serve --unix-socket @RUN_DIR@/daphne.sock"]
     assert unit["RuntimeDirectoryMode"] == ["0750"] and unit["ExecStartPre"] == ["+/usr/bin/chgrp @CADDY_GROUP@ @RUN_DIR@"]
     assert unit["User"] == ["@SERVICE_USER@"] and unit["EnvironmentFile"] == ["@ENV_FILE@"]
-    assert unit["Restart"] == ["on-failure"] and unit["KillMode"] == ["process"] and unit["KillSignal"] == ["SIGTERM"]
-    for setting in ("NoNewPrivileges=yes", "PrivateTmp=yes", "ProtectSystem=full", "ProtectHome=tmpfs", "BindPaths=@AGENT_HOME@"):
+    assert unit["Restart"] == ["on-failure"] and unit["KillSignal"] == ["SIGTERM"]
+    for setting in ("NoNewPrivileges=yes", "PrivateTmp=yes", "ProtectSystem=full", "ProtectHome=yes", "UMask=0077"):
         key, _, value = setting.partition("=")
         assert unit[key] == [value]
-    text = (DEPLOY / "sandstorm-mcp.service").read_text()
-    for left_out in ("MemoryDenyWriteExecute", "SystemCallFilter", "RestrictNamespaces", "PrivateDevices", "CapabilityBoundingSet"):
+
+
+def test_the_server_reaches_tools_only_through_the_executor_socket() -> None:
+    unit = directives(SERVER_UNIT)
+    assert f"SANDSTORM_EXECUTOR_SOCKET={EXECUTOR_SOCKET}" in unit["Environment"]
+    # Wanted and ordered after, never required: with the executor down the server stays up and /health says so.
+    assert "sandstorm-mcp-executor.service" in unit["Wants"] and "sandstorm-mcp-executor.service" in unit["After"]
+    assert "Requires" not in unit and "BindsTo" not in unit
+    # Nothing of the agent's: no group, no home, no workspace; and no agent processes in its cgroup to spare.
+    assert "SupplementaryGroups" not in unit and "BindPaths" not in unit and "KillMode" not in unit
+    assert "@AGENT_USER@" not in SERVER_UNIT.read_text() and "@AGENT_HOME@" not in SERVER_UNIT.read_text()
+
+
+def test_the_executor_runs_tools_as_the_agent_user_for_the_server_only() -> None:
+    unit = directives(EXECUTOR_UNIT)
+    assert unit["User"] == ["@AGENT_USER@"] and unit["Group"] == ["@AGENT_USER@"]
+    assert unit["WorkingDirectory"] == ["@APP_DIR@"]
+    # Its socket comes from systemd (socket activation), so it names none.
+    assert unit["ExecStart"] == ["@VENV@/bin/python -m mcpserver.executor --workspace @WORKSPACE@ --allow-uid @SERVICE_USER@"]
+    assert unit["Requires"] == ["sandstorm-mcp-executor.socket"] and "sandstorm-mcp-executor.socket" in unit["After"]
+    # No directory of its own in /run: one owned by the agent user would let the agent replace the socket.
+    assert not any(key.startswith("RuntimeDirectory") for key in unit)
+    assert unit["Restart"] == ["always"] and unit["KillSignal"] == ["SIGTERM"]
+    # Background processes live in this unit's cgroup and must outlive its restarts.
+    assert unit["KillMode"] == ["process"]
+    # Never the server's secrets: not its env file, and its state dir and env file are not even there.
+    assert unit["EnvironmentFile"] == ["-@EXECUTOR_ENV_FILE@"]
+    assert unit["InaccessiblePaths"] == ["@STATE_DIR@ @ENV_FILE@"]
+    assert "ReadWritePaths" not in unit and "SupplementaryGroups" not in unit
+    for setting in ("NoNewPrivileges=yes", "ProtectSystem=full", "ProtectHome=tmpfs", "BindPaths=@AGENT_HOME@", "ProtectProc=invisible"):
+        key, _, value = setting.partition("=")
+        assert unit[key] == [value]
+    assert unit["WantedBy"] == ["multi-user.target"]
+    text = EXECUTOR_UNIT.read_text()
+    for left_out in LEFT_OUT_FOR_AGENTS:
         assert re.search(rf"^# - {left_out}\b.*: ", text, re.MULTILINE), f"no comment says why {left_out} is left out"
+        assert left_out not in unit
+
+
+def test_the_executor_socket_is_systemds_and_only_the_server_user_may_connect() -> None:
+    socket = directives(EXECUTOR_SOCKET_UNIT)
+    assert socket["ListenStream"] == [EXECUTOR_SOCKET]
+    # The file and its directory are root's: the agent user (whose commands the executor runs) cannot replace it.
+    assert socket["SocketUser"] == ["root"] and socket["DirectoryMode"] == ["0755"]
+    # Only the server's group may connect; the executor's SO_PEERCRED check comes on top.
+    assert socket["SocketGroup"] == ["@SERVICE_USER@"] and socket["SocketMode"] == ["0660"]
+    assert "Accept" not in socket  # one executor for every connection
+    assert socket["WantedBy"] == ["sockets.target"]
+
+
+def test_the_executor_socket_is_the_same_everywhere() -> None:
+    """The server, every maintenance job and sandstorm-manage point at the socket the executor listens on."""
+    listening = directives(EXECUTOR_SOCKET_UNIT)["ListenStream"][0]
+    assert listening == EXECUTOR_SOCKET
+    for unit in (SERVER_UNIT, *MAINTENANCE_UNITS):
+        assert f"SANDSTORM_EXECUTOR_SOCKET={listening}" in directives(unit).get("Environment", []), unit
+    manage = (DEPLOY / "sandstorm-manage").read_text()
+    assert f'EXECUTOR_SOCKET="{listening}"' in manage and 'export SANDSTORM_EXECUTOR_SOCKET="$EXECUTOR_SOCKET"' in manage
+
+
+def test_maintenance_jobs_run_as_the_server_user_without_the_agents_files() -> None:
+    for path in MAINTENANCE_UNITS:
+        unit = directives(path)
+        assert unit["User"] == ["@SERVICE_USER@"] and unit["UMask"] == ["0077"], path
+        assert unit["ProtectHome"] == ["yes"] and "SupplementaryGroups" not in unit, path
+        assert "@AGENT_HOME@" not in path.read_text() and "@AGENT_USER@" not in path.read_text(), path
+    # prune_output asks the executor, so the job wants it running.
+    prune = directives(DEPLOY / "systemd" / "sandstorm-mcp-prune-output.service")
+    assert prune["Wants"] == ["sandstorm-mcp-executor.service"] and prune["After"] == ["sandstorm-mcp-executor.service"]
+
+
+def test_the_agent_sudo_drop_in_relaxes_only_what_sudo_needs() -> None:
+    drop_in = directives(DEPLOY / "systemd" / "agent-sudo.conf")
+    assert drop_in == {"NoNewPrivileges": ["no"], "RestrictSUIDSGID": ["no"], "ProtectSystem": ["no"]}
+    assert "/etc/systemd/system/sandstorm-mcp-executor.service.d/agent-sudo.conf" in (DEPLOY / "systemd" / "agent-sudo.conf").read_text()
 
 
 def test_timers_cover_the_maintenance_jobs() -> None:
@@ -127,7 +209,8 @@ def test_timers_cover_the_maintenance_jobs() -> None:
 
 def test_the_sudoers_rule_allows_only_the_package_manager() -> None:
     rules = [l for l in (DEPLOY / "sudoers.agent-sudo").read_text().splitlines() if l and not l.startswith(("#", "Defaults"))]
-    assert rules == ["@SERVICE_USER@, @AGENT_USER@ ALL=(root) NOPASSWD: /usr/bin/apt-get install -y -- *"]
+    # The agent user's alone: the server's user runs no tools.
+    assert rules == ["@AGENT_USER@ ALL=(root) NOPASSWD: /usr/bin/apt-get install -y -- *"]
 
 
 # --- Caddy ---------------------------------------------------------------------------------------------------------

@@ -1,17 +1,24 @@
 """deploy/install.sh run for real into a throwaway root (SANDSTORM_PREFIX), with fakes for what only a real host has.
 
-The fakes, first on PATH, record every call: `systemctl` (and, for `start`/`restart sandstorm-mcp.service`, it
-starts the installed unit's ExecStart for real, so the installer's smoke test talks to a real server on the unit's
-socket), `caddy`, `sudo`, `id`, `useradd`/`usermod`/`getent` (a pretend user database), `chown` (records the owner:
-the users do not exist here), `runuser`, `apt-get` and `dpkg-query`. Everything else (git, tar, install, python3 -m
-venv, pip, curl) is real.
+The fakes, first on PATH, record every call: `systemctl` (and, for `start`/`restart` of `sandstorm-mcp.service` and
+`sandstorm-mcp-executor.service`, it starts the installed unit's ExecStart for real, with the unit's environment, so
+the installer's smoke test talks to a real server on the unit's socket, which reaches a real executor on the socket
+the executor's unit listens on: the production wiring), `caddy`, `sudo`, `id`, `useradd`/`usermod`/`gpasswd`/`getent`
+(a pretend user database), `chown` (records the owner: the users do not exist here), `runuser`, `apt-get` and
+`dpkg-query`. Everything else (git, tar, install, find, python3 -m venv, pip, curl) is real.
+
+Both services run as the user running the tests. So that the smoke test's check "the executor runs the tools as the
+agent user" means something here, the agent user is that user (AGENT), and the executor's `--allow-uid` (the server
+user's name in the unit, a user that does not exist here) is replaced by that user's uid.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
+import pwd
 import re
 import shutil
 import signal
@@ -22,6 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.live import REPO, poll
@@ -29,6 +37,7 @@ from tests.live import REPO, poll
 DOMAIN = "mcp.example.test"
 DEBIAN_12 = 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nNAME="Debian GNU/Linux"\nVERSION_ID="12"\nID=debian\n'
 INSTALL_TIMEOUT = 600  # the first install creates a virtualenv and installs the dependencies from the index
+AGENT = pwd.getpwuid(os.getuid()).pw_name  # the agent user: the one the executor really runs as here
 
 FAKE_COMMON = r'''
 import json, os, sys
@@ -51,17 +60,18 @@ args = sys.argv[1:]
 
 FAKES = {
     "systemctl": r'''
-import signal, subprocess, time
+import signal, socket, subprocess, time
 record("systemctl", args)
 units = load("units.json", {"enabled": [], "active": []})
 prefix = os.environ["SANDSTORM_PREFIX"]
-SERVER = "sandstorm-mcp.service"
+# The services the fake runs for real, and the name of each one's pid and log files.
+REAL = {"sandstorm-mcp-executor.service": "executor", "sandstorm-mcp.service": "server"}
 flags = [a for a in args if a.startswith("-")]
 words = [a for a in args if not a.startswith("-")]
 verb, names = (words[0], words[1:]) if words else ("", [])
 
-def server_alive():
-    pid = load("server.json", {}).get("pid")
+def alive(kind):
+    pid = load(f"{kind}.json", {}).get("pid")
     if not pid:
         return False
     try:
@@ -70,36 +80,65 @@ def server_alive():
         return False
     return subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True).stdout.strip()[:1] != "Z"
 
-def stop_server():
-    pid = load("server.json", {}).get("pid")
-    if pid and server_alive():
-        os.kill(pid, signal.SIGTERM)
+def stop(kind):
+    pid = load(f"{kind}.json", {}).get("pid")
+    if pid and alive(kind):
+        os.kill(pid, signal.SIGTERM)  # KillMode=process or not: only the main process has anything to stop here
         for _ in range(300):
-            if not server_alive():
+            if not alive(kind):
                 break
             time.sleep(0.05)
-    save("server.json", {})
+    save(f"{kind}.json", {})
 
-def start_server():
-    """What systemd would do with the installed unit: its environment file, run dir, and ExecStart."""
-    unit = open(os.path.join(prefix, "etc/systemd/system", SERVER)).read().splitlines()
-    settings = {k: v for k, _, v in (l.partition("=") for l in unit) if k in ("ExecStart", "EnvironmentFile", "WorkingDirectory")}
-    env = {"PATH": os.environ["PATH"], "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1"}
-    for line in open(settings["EnvironmentFile"]).read().splitlines():
-        if line.strip() and not line.lstrip().startswith("#"):
-            key, _, value = line.partition("=")
-            env[key.strip()] = value
-    argv = settings["ExecStart"].split()
-    os.makedirs(os.path.dirname(argv[argv.index("--unix-socket") + 1]), mode=0o750, exist_ok=True)
-    log = open(os.path.join(STATE, "server.log"), "ab")
-    process = subprocess.Popen(argv, cwd=settings["WorkingDirectory"], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    save("server.json", {"pid": process.pid})
+def start(unit_name, kind):
+    """What systemd would do with the installed unit: its environment (files and lines), run dir, and ExecStart."""
+    unit = open(os.path.join(prefix, "etc/systemd/system", unit_name)).read().splitlines()
+    settings = {}
+    for key, _, value in (l.partition("=") for l in unit if not l.startswith("#")):
+        settings.setdefault(key, []).append(value)
+    env = {"PATH": os.environ["PATH"], "LANG": "C.UTF-8"}
+    for line in settings.get("Environment", []):
+        key, _, value = line.partition("=")
+        env[key] = value
+    for path in settings.get("EnvironmentFile", []):
+        optional, path = path.startswith("-"), path.lstrip("-")
+        if optional and not os.path.exists(path):
+            continue
+        for line in open(path).read().splitlines():
+            if line.strip() and not line.lstrip().startswith("#"):
+                key, _, value = line.partition("=")
+                env[key.strip()] = value
+    argv = settings["ExecStart"][0].split()
+    pass_fds = ()
+    if "--allow-uid" in argv:  # the server user does not exist here; the server runs as we do
+        argv[argv.index("--allow-uid") + 1] = str(os.getuid())
+    if "--unix-socket" in argv:
+        os.makedirs(os.path.dirname(argv[argv.index("--unix-socket") + 1]), mode=0o750, exist_ok=True)  # RuntimeDirectory=
+    else:
+        # Socket activation as systemd does it: the socket unit's socket, listening, as fd 3 with LISTEN_PID and
+        # LISTEN_FDS. (systemd holds it between runs; here each start makes it anew.)
+        socket_unit = open(os.path.join(prefix, "etc/systemd/system", unit_name.replace(".service", ".socket"))).read()
+        path = next(l.partition("=")[2] for l in socket_unit.splitlines() if l.startswith("ListenStream="))
+        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+        if os.path.exists(path):
+            os.unlink(path)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(path)
+        listener.listen(128)
+        pass_fds = (listener.fileno(),)
+        script = 'fd=$1; shift; if [ "$fd" != 3 ]; then eval "exec 3<&$fd $fd<&-"; fi; export LISTEN_PID=$$ LISTEN_FDS=1; exec "$@"'
+        argv = ["sh", "-c", script, "sh", str(listener.fileno()), *argv]
+    log = open(os.path.join(STATE, f"{kind}.log"), "ab")
+    process = subprocess.Popen(
+        argv, cwd=settings["WorkingDirectory"][0], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, pass_fds=pass_fds
+    )
+    save(f"{kind}.json", {"pid": process.pid})
 
 status = 0
 if verb == "is-enabled":
     status = 0 if all(n in units["enabled"] for n in names) else 1
 elif verb == "is-active":
-    status = 0 if all((server_alive() if n == SERVER else n in units["active"]) for n in names) else 3
+    status = 0 if all((alive(REAL[n]) if n in REAL else n in units["active"]) for n in names) else 3
 elif verb in ("enable", "disable"):
     for n in names:
         (units["enabled"].append(n) if verb == "enable" and n not in units["enabled"] else None)
@@ -108,15 +147,16 @@ elif verb in ("enable", "disable"):
         verb = "start" if verb == "enable" else "stop"
 if verb in ("start", "restart"):
     for n in names:
-        if n == SERVER:
-            stop_server()
-            start_server()
+        if n in REAL:
+            if verb == "restart" or not alive(REAL[n]):
+                stop(REAL[n])
+                start(n, REAL[n])
         elif n not in units["active"]:
             units["active"].append(n)
 elif verb == "stop":
     for n in names:
-        if n == SERVER:
-            stop_server()
+        if n in REAL:
+            stop(REAL[n])
         elif n in units["active"]:
             units["active"].remove(n)
 save("units.json", units)
@@ -157,6 +197,17 @@ save("users.json", db)
 record("usermod", args)
 db = load("users.json", {"passwd": {}, "group": {"caddy": []}})
 db["group"][args[args.index("--groups") + 1]].append(args[-1])
+save("users.json", db)
+''',
+    "gpasswd": r'''
+record("gpasswd", args)
+db = load("users.json", {"passwd": {}, "group": {"caddy": []}})
+assert args[0] == "-d", args
+user, group = args[1], args[2]
+if user not in db["group"].get(group, []):
+    print(f"gpasswd: user '{user}' is not a member of '{group}'", file=sys.stderr)
+    sys.exit(3)
+db["group"][group].remove(user)
 save("users.json", db)
 ''',
     "getent": r'''
@@ -213,6 +264,7 @@ class Host:
             PATH=f"{self.bin}:{os.environ['PATH']}",
             SANDSTORM_PREFIX=str(self.prefix),
             SANDSTORM_DOMAIN=DOMAIN,
+            SANDSTORM_AGENT_USER=AGENT,
             FAKE_STATE=str(self.state),
         )
         env.update(extra)
@@ -225,7 +277,7 @@ class Host:
             env=self.env(**extra), capture_output=True, text=True, timeout=INSTALL_TIMEOUT,
         )
         if check:
-            assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}\nserver log:\n{self.server_log()}"
+            assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}\nlogs:\n{self.server_log()}"
         return result
 
     def calls(self, cmd: str | None = None) -> list[list[str]]:
@@ -236,19 +288,30 @@ class Host:
         path = self.state / "owners.json"
         return json.loads(path.read_text()) if path.exists() else {}
 
+    def groups(self) -> dict[str, list[str]]:
+        """The pretend group database: each group's members."""
+        return json.loads((self.state / "users.json").read_text())["group"]  # type: ignore[no-any-return]
+
+    def pid(self, kind: str) -> int | None:
+        """The pid of the server or the executor, as the fake systemctl started it."""
+        path = self.state / f"{kind}.json"
+        return json.loads(path.read_text()).get("pid") if path.exists() else None
+
     def server_log(self) -> str:
-        path = self.state / "server.log"
-        return path.read_text(errors="replace") if path.exists() else ""
+        """The server's and the executor's output."""
+        logs = (self.state / f"{kind}.log" for kind in ("server", "executor"))
+        return "\n".join(f"--- {path.name}\n{path.read_text(errors='replace')}" for path in logs if path.exists())
 
     def stop_server(self) -> None:
-        path = self.state / "server.json"
-        pid = json.loads(path.read_text()).get("pid") if path.exists() else None
-        if pid:
-            try:
-                os.kill(pid, signal.SIGTERM)
-                poll(lambda: _gone(pid), 20, what="the server to stop")
-            except ProcessLookupError:
-                pass
+        """Stop the server, then the executor."""
+        for kind in ("server", "executor"):
+            pid = self.pid(kind)
+            if pid:
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                    poll(functools.partial(_gone, pid), 20, what=f"the {kind} to stop")
+                except ProcessLookupError:
+                    pass
 
 
 def _gone(pid: int) -> bool:
@@ -264,12 +327,22 @@ def _gone(pid: int) -> bool:
 
 
 def make_repo(root: Path) -> Path:
-    """A clone of this repository whose deploy/ is the working tree's (what is being tested), committed."""
+    """A clone of this repository holding the working tree (what is being tested), committed: the installer installs
+    the committed HEAD, and the units it installs run the code beside them (the executor's unit runs
+    `python -m mcpserver.executor`). Edited and new files are copied (ignored ones are not), deleted ones removed."""
     clone = root / "repo"
     subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(REPO), str(clone)], check=True)
-    shutil.rmtree(clone / "deploy")
-    shutil.copytree(REPO / "deploy", clone / "deploy")
-    commit(clone, "deploy/ from the working tree")
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO, capture_output=True, check=True
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        source, target = REPO / name, clone / name
+        if source.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+        elif not source.exists() and target.exists():
+            target.unlink()
+    commit(clone, "the working tree")
     return clone
 
 
@@ -313,7 +386,7 @@ def manifest(root: Path) -> dict[str, tuple[object, ...]]:
     return entries
 
 
-MUTATING = {"useradd", "usermod", "chown", "apt-get"}
+MUTATING = {"useradd", "usermod", "gpasswd", "chown", "apt-get"}
 
 
 def changes(host: Host) -> list[list[str]]:
@@ -399,16 +472,18 @@ def test_files_owners_and_modes(installed: tuple[Host, subprocess.CompletedProce
     env_file = p / "etc/sandstorm-mcp.env"
     assert mode(env_file) == 0o600 and owner(host, env_file) == "root:root"
     assert env_file.read_text().count(f"SANDSTORM_PUBLIC_URL=https://{DOMAIN}\n") == 1
-    state, agent_home = p / "var/lib/sandstorm-mcp", p / "home/sandstorm-agent"
+    state, agent_home = p / "var/lib/sandstorm-mcp", p / f"home/{AGENT}"
     assert mode(state) == 0o700 and owner(host, state) == "sandstorm:sandstorm"
     assert mode(state / "backups") == 0o700 and owner(host, state / "backups") == "sandstorm:sandstorm"
-    assert mode(agent_home) == 0o750 and owner(host, agent_home) == "sandstorm-agent:sandstorm-agent"
-    assert mode(agent_home / "workspace") == 0o2770 and owner(host, agent_home / "workspace") == "sandstorm-agent:sandstorm-agent"
+    assert mode(agent_home) == 0o750 and owner(host, agent_home) == f"{AGENT}:{AGENT}"
+    # The agent's alone (no setgid, no group access): the server no longer works in it.
+    assert mode(agent_home / "workspace") == 0o750 and owner(host, agent_home / "workspace") == f"{AGENT}:{AGENT}"
     assert f"SANDSTORM_WORKSPACE_ROOT={agent_home / 'workspace'}\n" in env_file.read_text()
     manage = p / "usr/local/bin/sandstorm-manage"
     assert mode(manage) == 0o755 and not placeholders(manage)
     units = p / "etc/systemd/system"
-    assert mode(units / "sandstorm-mcp.service") == 0o644
+    for unit in ("sandstorm-mcp.service", "sandstorm-mcp-executor.service", "sandstorm-mcp-executor.socket"):
+        assert mode(units / unit) == 0o644 and owner(host, units / unit) == "root:root"
     for job in ("backup", "cleartokens", "prune-clients", "prune-output", "audit-prune"):
         assert (units / f"sandstorm-mcp-{job}.service").exists() and (units / f"sandstorm-mcp-{job}.timer").exists()
     site = (p / "etc/caddy/sandstorm-mcp.caddy").read_text()
@@ -423,15 +498,68 @@ def test_files_owners_and_modes(installed: tuple[Host, subprocess.CompletedProce
     assert not placeholders(p / "etc/caddy/sandstorm-mcp.caddy")
 
 
+def unit_settings(path: Path) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for key, _, value in (line.partition("=") for line in path.read_text().splitlines() if not line.startswith("#")):
+        found.setdefault(key, []).append(value)
+    return found
+
+
+def test_the_executor_unit_runs_tools_as_the_agent_on_the_servers_socket(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:
+    host, _ = installed
+    p = host.prefix
+    executor = unit_settings(p / "etc/systemd/system/sandstorm-mcp-executor.service")
+    server = unit_settings(p / "etc/systemd/system/sandstorm-mcp.service")
+    assert executor["User"] == [AGENT] and executor["Group"] == [AGENT] and server["User"] == ["sandstorm"]
+    assert executor["ExecStart"] == [
+        f"{p}/opt/sandstorm-mcp/venv/bin/python -m mcpserver.executor --workspace {p}/home/{AGENT}/workspace --allow-uid sandstorm"
+    ]
+    socket_unit = unit_settings(p / "etc/systemd/system/sandstorm-mcp-executor.socket")
+    socket = f"{p}/run/sandstorm-mcp-executor/executor.sock"
+    assert socket_unit["ListenStream"] == [socket] and socket_unit["SocketGroup"] == ["sandstorm"]
+    assert f"SANDSTORM_EXECUTOR_SOCKET={socket}" in server["Environment"]
+    assert f'EXECUTOR_SOCKET="{socket}"' in (p / "usr/local/bin/sandstorm-manage").read_text()
+    for job in ("backup", "cleartokens", "prune-clients", "prune-output", "audit-prune"):
+        assert f"SANDSTORM_EXECUTOR_SOCKET={socket}" in unit_settings(p / f"etc/systemd/system/sandstorm-mcp-{job}.service")["Environment"]
+    assert executor["KillMode"] == ["process"] and "KillMode" not in server
+    assert executor["InaccessiblePaths"] == [f"{p}/var/lib/sandstorm-mcp {p}/etc/sandstorm-mcp.env"]
+    assert executor["EnvironmentFile"] == [f"-{p}/etc/sandstorm-mcp-executor.env"] and not (p / "etc/sandstorm-mcp-executor.env").exists()
+    assert executor["BindPaths"] == [f"{p}/home/{AGENT}"] and "BindPaths" not in server and "SupplementaryGroups" not in server
+
+
+def test_the_running_server_reaches_the_executor_running_as_the_agent(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:
+    host, result = installed
+    assert f"/health: 200, tools run by the executor as {AGENT}" in result.stdout
+    health = subprocess.run(
+        ["curl", "--silent", "--unix-socket", f"{host.prefix}/run/sandstorm-mcp/daphne.sock", f"http://{DOMAIN}/health"],
+        capture_output=True, text=True, check=True,
+    )
+    executor = json.loads(health.stdout)["executor"]
+    assert executor["ok"] is True and executor["mode"] == "service" and executor["user"] == AGENT
+    # The server did not start an executor of its own ("service", not "child"): the one answering is the unit's.
+    executor_pid, server_pid = host.pid("executor"), host.pid("server")
+    assert executor_pid and server_pid
+    assert "mcpserver.executor" in " ".join(psutil.Process(executor_pid).cmdline())
+    assert not any("mcpserver.executor" in " ".join(child.cmdline()) for child in psutil.Process(server_pid).children(recursive=True))
+
+
 def test_first_install_creates_both_users_and_starts_everything(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:
     host, _ = installed
     # The calls log was rewritten by later runs only if a test ran one first; the module runs this file in order.
     useradds = [argv[-1] for argv in host.calls("useradd")]
-    assert useradds == ["sandstorm", "sandstorm-agent"]
-    assert ["--append", "--groups", "sandstorm-agent", "sandstorm"] in host.calls("usermod")
+    assert useradds == ["sandstorm", AGENT]
+    # The server user is not in the agent's group: it has no business in the agent's files.
+    assert host.calls("usermod") == [] and host.calls("gpasswd") == []
+    assert "sandstorm" not in host.groups()[AGENT]
     systemctl = host.calls("systemctl")
+    # The executor's socket, then the executor, then the server, whose smoke test needs the executor.
+    order = [["start", "sandstorm-mcp-executor.socket"], ["start", "sandstorm-mcp-executor.service"], ["start", "sandstorm-mcp.service"]]
+    assert all(call in systemctl for call in order), systemctl
+    assert [systemctl.index(call) for call in order] == sorted(systemctl.index(call) for call in order)
     for expected in (
         ["daemon-reload"],
+        ["enable", "sandstorm-mcp-executor.socket"],
+        ["enable", "sandstorm-mcp-executor.service"],
         ["enable", "sandstorm-mcp.service"],
         ["start", "sandstorm-mcp.service"],
         ["enable", "--now", "sandstorm-mcp-backup.timer"],
@@ -492,17 +620,93 @@ def test_a_retention_turns_the_audit_prune_timer_on(installed: tuple[Host, subpr
 
 def test_agent_sudo_adds_a_limited_rule_and_a_run_without_it_removes_it(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:
     host, _ = installed
-    sudoers, drop_in = host.prefix / "etc/sudoers.d/sandstorm-mcp", host.prefix / "etc/systemd/system/sandstorm-mcp.service.d/agent-sudo.conf"
+    units = host.prefix / "etc/systemd/system"
+    sudoers, drop_in = host.prefix / "etc/sudoers.d/sandstorm-mcp", units / "sandstorm-mcp-executor.service.d/agent-sudo.conf"
     result = host.install("--agent-sudo")
     assert mode(sudoers) == 0o440 and owner(host, sudoers) == "root:root"
     rules = [line for line in sudoers.read_text().splitlines() if line and not line.startswith(("#", "Defaults"))]
-    assert rules == ["sandstorm, sandstorm-agent ALL=(root) NOPASSWD: /usr/bin/apt-get install -y -- *"]
+    assert rules == [f"{AGENT} ALL=(root) NOPASSWD: /usr/bin/apt-get install -y -- *"]  # the server's user runs no tools
+    # On the executor's unit, where tools run; the server's keeps NoNewPrivileges.
     assert "NoNewPrivileges=no" in drop_in.read_text()
+    assert not (units / "sandstorm-mcp.service.d").exists()
     assert "can take over this host" in result.stderr
-    assert ["daemon-reload"] in host.calls("systemctl") and ["restart", "sandstorm-mcp.service"] in host.calls("systemctl")
+    assert ["daemon-reload"] in host.calls("systemctl") and ["restart", "sandstorm-mcp-executor.service"] in host.calls("systemctl")
     result = host.install()
     assert not sudoers.exists() and not drop_in.exists()
     assert "removed the agents' sudo rule" in result.stderr
+    assert ["restart", "sandstorm-mcp-executor.service"] in host.calls("systemctl")
+
+
+def test_an_upgrade_from_before_privilege_separation_takes_the_server_out_of_the_agents_files(
+    installed: tuple[Host, subprocess.CompletedProcess[str]],
+) -> None:
+    """What an older installer left: the server user in the agent's group, a setgid group-writable workspace, the
+    agent-sudo drop-in on the server's unit, a server unit with KillMode=process (whose cgroup may still hold
+    background processes agents started as the server user), and (when these tests run as root, which can give a
+    file away) files the server user created in the workspace."""
+    host, _ = installed
+    units, workspace = host.prefix / "etc/systemd/system", host.prefix / f"home/{AGENT}/workspace"
+    server_unit = units / "sandstorm-mcp.service"
+    server_unit.write_text(server_unit.read_text() + "[Service]\nKillMode=process\n")
+    users = json.loads((host.state / "users.json").read_text())
+    users["group"][AGENT].append("sandstorm")
+    (host.state / "users.json").write_text(json.dumps(users))
+    old_drop_in = units / "sandstorm-mcp.service.d/agent-sudo.conf"
+    old_drop_in.parent.mkdir()
+    old_drop_in.write_text("[Service]\nNoNewPrivileges=no\n")
+    workspace.chmod(0o2770)
+    servers_file = workspace / "cloned-by-the-server"
+    servers_file.write_text("x")
+    as_root = os.geteuid() == 0
+    if as_root:
+        os.chown(servers_file, 999, 999)  # the fake getent's uid of the server user
+    try:
+        before = manifest(host.prefix)
+        result = host.install("--dry-run")
+        assert manifest(host.prefix) == before and changes(host) == []
+        assert f"would run: gpasswd -d sandstorm {AGENT}" in result.stdout
+        assert f"would run: rm -f {old_drop_in}" in result.stdout
+        assert f"would run: chmod 00750 {workspace}" in result.stdout
+        assert "would run: systemctl kill --signal=SIGKILL sandstorm-mcp.service" in result.stdout
+
+        result = host.install()
+        assert host.calls("gpasswd") == [["-d", "sandstorm", AGENT]] and "sandstorm" not in host.groups()[AGENT]
+        assert not old_drop_in.parent.exists()
+        assert mode(workspace) == 0o750
+        chowns = [argv for argv in host.calls("chown") if argv[-1] == str(workspace)]
+        if as_root:
+            assert chowns == [["-R", "--no-dereference", "--from=sandstorm", f"{AGENT}:{AGENT}", str(workspace)]]
+        else:
+            assert chowns == []  # nothing the server user owns here: a test not run as root cannot give a file away
+        # The server stops, what is left in its unit is killed, and it starts again: without the agent's group (a
+        # running process keeps its groups) and with its new unit. The executor restarts with the units.
+        systemctl = host.calls("systemctl")
+        order = [["stop", "sandstorm-mcp.service"], ["kill", "--signal=SIGKILL", "sandstorm-mcp.service"], ["start", "sandstorm-mcp.service"]]
+        assert all(call in systemctl for call in order), systemctl
+        assert [systemctl.index(call) for call in order] == sorted(systemctl.index(call) for call in order)
+        assert ["restart", "sandstorm-mcp-executor.service"] in systemctl
+        assert "KillMode=process" not in server_unit.read_text()
+        assert f"/health: 200, tools run by the executor as {AGENT}" in result.stdout
+    finally:
+        servers_file.unlink()
+    # Idempotent: the next run finds nothing to change.
+    result = host.install()
+    assert changes(host) == [], result.stdout
+    assert host.calls("gpasswd") == []
+
+
+def test_a_changed_socket_unit_restarts_the_socket_with_the_executor_down(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:
+    host, _ = installed
+    socket_unit = host.prefix / "etc/systemd/system/sandstorm-mcp-executor.socket"
+    socket_unit.write_text(socket_unit.read_text().replace("SocketMode=0660", "SocketMode=0666"))  # an older version
+    result = host.install()
+    assert "SocketMode=0660" in socket_unit.read_text()
+    # systemd refuses to restart a socket its running service holds: the executor stops first, then starts again.
+    systemctl = host.calls("systemctl")
+    order = [["stop", "sandstorm-mcp-executor.service"], ["restart", "sandstorm-mcp-executor.socket"], ["start", "sandstorm-mcp-executor.service"]]
+    assert all(call in systemctl for call in order), systemctl
+    assert [systemctl.index(call) for call in order] == sorted(systemctl.index(call) for call in order)
+    assert f"/health: 200, tools run by the executor as {AGENT}" in result.stdout
 
 
 def test_an_operators_own_caddyfile_is_kept_and_extended_with_the_import(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:
@@ -525,7 +729,9 @@ def test_a_rerun_after_a_new_commit_upgrades_code_and_schema_and_restarts(instal
     app = host.prefix / "opt/sandstorm-mcp/app"
     assert (app / "UPGRADE-MARKER").read_text() == "new code\n"
     systemctl = host.calls("systemctl")
-    assert systemctl.index(["stop", "sandstorm-mcp.service"]) < systemctl.index(["start", "sandstorm-mcp.service"])
+    # The server stops first (the executor ends its calls in flight), the executor starts first (the server needs it).
+    order = [["stop", "sandstorm-mcp.service"], ["stop", "sandstorm-mcp-executor.service"], ["start", "sandstorm-mcp-executor.service"], ["start", "sandstorm-mcp.service"]]
+    assert [systemctl.index(call) for call in order] == sorted(systemctl.index(call) for call in order)
     assert "dependencies up to date" in result.stdout  # pyproject.toml and the lock did not change
     assert "/mcp initialize with a token: 200" in result.stdout
     assert (host.prefix / "var/lib/sandstorm-mcp/sandstorm.sqlite3").exists()
@@ -543,7 +749,10 @@ def test_dry_run_on_a_fresh_host_writes_nothing_and_says_what_it_would_do(tmp_pa
     out = result.stdout
     assert "would run: useradd --system" in out
     assert f"would create {host.prefix}/etc/sandstorm-mcp.env" in out
+    assert "would run: systemctl start sandstorm-mcp-executor.service" in out
     assert "would run: systemctl start sandstorm-mcp.service" in out
+    assert f"would create {host.prefix}/etc/systemd/system/sandstorm-mcp-executor.service" in out
+    assert "gpasswd" not in out and "usermod" not in out
     assert "Dry run: nothing was changed" in out
 
 
