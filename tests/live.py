@@ -24,7 +24,8 @@ from mcp.client.streamable_http import streamable_http_client
 from tests.database import ON_POSTGRES, ServerDatabase, new_postgres_database
 
 REPO = Path(__file__).resolve().parent.parent
-START_DEADLINE = 30.0
+# Generous: on a loaded 2-core machine a start has taken over 30 s; a healthy server ends the wait at once.
+START_DEADLINE = 60.0
 T = TypeVar("T")
 # A raw 2025-11-25 initialize request, for tests that speak HTTP to /mcp without the SDK client.
 INITIALIZE = {
@@ -105,7 +106,11 @@ class LiveServer:
         self.process = subprocess.Popen(
             [sys.executable, "manage.py", "serve"], cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT
         )
-        poll(self.healthy, START_DEADLINE, what="the server's /health")
+        try:
+            poll(self.healthy, START_DEADLINE, what="the server's /health")
+        except AssertionError:
+            self.stop()  # not left running (with its executor) for the rest of the session
+            raise
 
     def healthy(self) -> bool:
         if self.process is not None and self.process.poll() is not None:
