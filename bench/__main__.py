@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import datetime
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -18,11 +19,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import sections
-from bench.report import machine_line, table, targets
-from bench.server import base_state, seeded_state, start_server
-from bench.stats import machine, ratio
-from tests.live import REPO, LiveServer
+# The bench measures the default setup, SQLite: its cached, seeded databases are SQLite files. (tests/live.py gives
+# each server a PostgreSQL database of its own when DATABASE_URL is set, so it must go before that is imported.)
+os.environ.pop("DATABASE_URL", None)
+
+from bench import sections  # noqa: E402
+from bench.report import machine_line, table, targets  # noqa: E402
+from bench.server import base_state, seeded_state, start_server  # noqa: E402
+from bench.stats import machine, ratio  # noqa: E402
+from tests.live import REPO, LiveServer  # noqa: E402
 
 DEFAULT_CACHE = REPO / "var" / "bench"
 # Limits that would otherwise measure themselves: no rate limit, more call slots than the load uses.

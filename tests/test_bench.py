@@ -20,7 +20,7 @@ SECTIONS = ("machine", "floors", "sequential", "throughput", "concurrency", "adm
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:  # type: ignore[type-arg]
     output = tmp_path_factory.mktemp("bench") / "latest.json"
-    env = {key: value for key, value in os.environ.items() if not key.startswith("SANDSTORM_")}
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SANDSTORM_") and key != "DATABASE_URL"}
     # The cached databases (var/bench/, git-ignored) are shared with `make bench`: built once per schema.
     done = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--output", str(output)],
