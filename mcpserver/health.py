@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
 
+from mcpserver.executor.interface import ToolFailure
+from mcpserver.executor.remote import ExecutorFault, ExecutorLost
 from mcpserver.instance import sandstorm_version, uptime_seconds
 from mcpserver.registry import TOOLS
-from mcpserver.runtime import executor_identity, get_runtime
+from mcpserver.runtime import get_runtime
 from mcpserver.tools import ALL_TOOL_MODULES  # noqa: F401  (importing registers the tools)
+
+logger = logging.getLogger(__name__)
 
 
 def available_memory_bytes() -> int | None:
@@ -25,23 +30,29 @@ def available_memory_bytes() -> int | None:
     return None
 
 
-def executor_status() -> dict[str, Any]:
-    """Whether the tool executor answers, and as whom it runs the tools."""
-    identity = executor_identity()
-    if identity is None:
+async def executor_status() -> dict[str, Any]:
+    """Whether the tool executor answers, and as whom it runs the tools (over a kept connection, as tool calls)."""
+    runtime = get_runtime()
+    try:
+        identity = await runtime.executor.identity()
+    except (ToolFailure, ExecutorLost, ExecutorFault) as error:
+        logger.error("health: the tool executor does not answer on %s: %s", runtime.executor.socket_path, error)
         return {"ok": False, "error": "the tool executor does not answer; tool calls fail until it is back"}
     return {
         "ok": True,
-        "mode": "child" if get_runtime().executor_child is not None else "service",
+        "mode": "child" if runtime.executor_child is not None else "service",
         "user": identity["user"],
         "workspace_disk_free_bytes": identity.get("disk_free"),
     }
 
 
 @require_GET
-def health(request: HttpRequest) -> JsonResponse:
-    """200 when the server can run tools; 503 when the executor does not answer (calls fail until it is back)."""
-    executor = executor_status()
+async def health(request: HttpRequest) -> JsonResponse:
+    """200 when the server can run tools; 503 when the executor does not answer (calls fail until it is back).
+
+    Async: no thread hop, and the executor is asked over the same kept connections tool calls use.
+    """
+    executor = await executor_status()
     return JsonResponse(
         {
             "ok": executor["ok"],

@@ -88,6 +88,8 @@ class ExecutorChild:
 
     def start(self) -> None:
         """Start it (if needed) and wait until it answers; for start-up and synchronous code."""
+        if self._listening and self.alive():
+            return
         self._spawn()
         deadline = time.monotonic() + START_DEADLINE
         while not self._answers():
