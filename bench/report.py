@@ -145,6 +145,7 @@ def machine_line(results: dict[str, Any]) -> str:
     machine = results["machine"]
     return (
         f"{machine['cpu']}, {machine['cores']} cores, {machine['memory_mb'] or '?'} MB, Python {machine['python']}, "
-        f"Linux {machine['kernel']}; load average {machine['load_average_1m']} at the start"
+        f"Linux {machine['kernel']}; load average {machine['load_average_1m']} at the start, "
+        f"{machine.get('load_average_1m_end', '?')} at the end"
         + ("; **--quick run** (targets are for the full run)" if results.get("quick") else "")
     )
