@@ -34,6 +34,7 @@ OPERATIONS = frozenset(
     }
 )  # fmt: skip
 _PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+SPAWN_NOTICE_DELAY = 0.05  # seconds a command runs before the server is told its pid
 REFUSAL_LINGER = 2.0  # seconds a refused peer has to read why before the connection is closed
 
 
@@ -144,9 +145,10 @@ class ExecutorService:
         if op not in OPERATIONS or not isinstance(args, dict):
             return {"error": f"unknown request {op!r}"}
         method: Callable[..., Awaitable[object]] = getattr(self.executor, op)
+        notices: list[asyncio.TimerHandle] = []
         if op == "run_command":
             stream = bool(args.pop("stream", False))
-            args.update(self._run_listeners(writer, stream))
+            args.update(self._run_listeners(writer, stream, notices))
         try:
             return {"ok": wire.to_wire(await method(**args))}
         except ToolFailure as failure:
@@ -157,15 +159,21 @@ class ExecutorService:
         except Exception as error:  # the process boundary: any fault becomes an answer, never a silent hang-up
             logger.exception("%s failed", op)
             return {"error": f"{op} failed in the executor: {type(error).__name__}: {error}"}
+        finally:
+            for notice in notices:
+                notice.cancel()  # the call is over: a notice not sent yet is not needed
 
     @staticmethod
-    def _run_listeners(writer: asyncio.StreamWriter, stream: bool) -> dict[str, Any]:
+    def _run_listeners(writer: asyncio.StreamWriter, stream: bool, notices: list[asyncio.TimerHandle]) -> dict[str, Any]:
         async def listener(text: str) -> None:
             writer.write(wire.encode({"output": text}))
             await writer.drain()
 
         def on_spawn(pid: int, start_ticks: int) -> None:
-            writer.write(wire.encode({"spawned": {"pid": pid, "start_ticks": start_ticks}}))
+            # Sent only if the command is still running a moment later: most commands end sooner, and a frame
+            # less is a wake-up less for the server (the notice matters only if we die while it runs).
+            frame = wire.encode({"spawned": {"pid": pid, "start_ticks": start_ticks}})
+            notices.append(asyncio.get_running_loop().call_later(SPAWN_NOTICE_DELAY, writer.write, frame))
 
         return {"listener": listener if stream else None, "on_spawn": on_spawn}
 
