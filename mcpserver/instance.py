@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 
 INSTANCE_ID = uuid.uuid4().hex
@@ -14,6 +15,7 @@ def uptime_seconds() -> float:
     return time.monotonic() - STARTED_MONOTONIC
 
 
+@cache  # reading package metadata costs ~2 ms; it cannot change while the process runs
 def sandstorm_version() -> str:
     try:
         return version("sandstorm-mcp")
