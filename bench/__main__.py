@@ -24,6 +24,7 @@ from typing import Any
 os.environ.pop("DATABASE_URL", None)
 
 from bench import sections  # noqa: E402
+from bench.hop import executor_hop  # noqa: E402
 from bench.report import machine_line, table, targets  # noqa: E402
 from bench.server import base_state, seeded_state, start_server  # noqa: E402
 from bench.stats import machine, ratio  # noqa: E402
@@ -70,7 +71,10 @@ async def call_sections(server: LiveServer, sizes: sections.Sizes) -> dict[str, 
     log(f"bench: {load['clients']} clients: {load['calls_per_s']} calls/s, errors {load['errors'] or 'none'}")
     load["audit"] = sections.audit_check(server, load.pop("sessions"), sizes.calls_per_client)
     log("bench: audit checked")
+    hop = await executor_hop(sizes.sequential, sizes.warmup)
+    log("bench: executor hop " + ", ".join(f"{name} +{case['hop_median_ms']} ms" for name, case in hop.items()))
     return {
+        "executor_hop": hop,
         "floors": {"spawn_bash": spawn, "health": health},
         "sequential": {
             "terminal_exec_true": {**exec_true, "floor": "spawn_bash", "ratio": ratio(exec_true["median_ms"], spawn["median_ms"])},

@@ -14,7 +14,7 @@ from tests.live import REPO
 
 pytestmark = pytest.mark.live
 
-SECTIONS = ("machine", "floors", "sequential", "throughput", "concurrency", "admin", "targets")
+SECTIONS = ("machine", "floors", "sequential", "executor_hop", "throughput", "concurrency", "admin", "targets")
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +49,15 @@ def test_the_floors_and_the_sequential_calls_have_sane_timings(quick_run: tuple[
         assert positive(case) and case["ratio"] > 0, name
 
 
+def test_the_executor_hop_is_measured_against_the_in_process_path(quick_run: tuple[dict, str]) -> None:  # type: ignore[type-arg]
+    results, printed = quick_run
+    for name in ("file_read_1kb", "terminal_exec_true"):
+        case = results["executor_hop"][name]
+        assert positive(case["in_process"]) and positive(case["executor"]), name
+        assert case["hop_median_ms"] == round(case["executor"]["median_ms"] - case["in_process"]["median_ms"], 3)
+    assert "executor hop, file_read_1kb" in printed
+
+
 def test_large_results_are_capped_and_measured(quick_run: tuple[dict, str]) -> None:  # type: ignore[type-arg]
     results, _ = quick_run
     for name, case in results["throughput"].items():
@@ -81,6 +90,6 @@ def test_the_admin_pages_and_audit_verify_ran_on_the_seeded_records(quick_run: t
 def test_the_table_marks_each_target(quick_run: tuple[dict, str]) -> None:  # type: ignore[type-arg]
     results, printed = quick_run
     keys = {target["key"] for target in results["targets"]}
-    assert {"exec_ratio", "read_ratio", "errors", "calls_per_s", "locked", "two_records", "chain", "list_first", "verify"} <= keys
+    assert {"exec_ratio", "read_ratio", "hop", "errors", "calls_per_s", "locked", "two_records", "chain", "list_first", "verify"} <= keys
     assert all(target["met"] in (True, False, None) for target in results["targets"])
     assert "| # | measurement | median | p95 |" in printed and "targets met" in printed
