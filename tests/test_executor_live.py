@@ -12,6 +12,7 @@ import httpx2
 import psutil
 import pytest
 
+from mcpserver.executor.service import SPAWN_NOTICE_DELAY
 from tests.live import LiveServer, apoll, live_pids_with, make_server, mcp_client, poll, text_of
 
 pytestmark = [pytest.mark.live, pytest.mark.anyio]
@@ -53,6 +54,7 @@ async def test_killing_the_executor_mid_call_records_interrupted_and_the_next_ca
 
                 group.start_soon(run)
                 await apoll(lambda: live_pids_with(marker), 15, "the command")
+                await anyio.sleep(SPAWN_NOTICE_DELAY * 4)  # running for a while: the server knows its pid
                 first = executor_pid(server)
                 psutil.Process(first).kill()
             result = results[0]

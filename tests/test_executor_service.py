@@ -24,7 +24,7 @@ from mcpserver.executor import wire
 from mcpserver.executor.child import ExecutorChild
 from mcpserver.executor.interface import ExecResult, ToolFailure
 from mcpserver.executor.remote import ExecutorFault, ExecutorLost, ExecutorUnavailable, RemoteExecutor
-from mcpserver.executor.service import refusal_for
+from mcpserver.executor.service import SPAWN_NOTICE_DELAY, refusal_for
 from tests.live import REPO, live_pids_with, poll
 
 pytestmark = [pytest.mark.anyio]
@@ -178,6 +178,7 @@ async def test_an_executor_killed_mid_call_interrupts_the_call_and_the_next_call
     first_pid = child.pid
     call = asyncio.ensure_future(executor.run_command(f"sleep 60; : {marker}", None, 120, 65536, None))
     await asyncio.to_thread(poll, lambda: live_pids_with(marker), 15, what="the command")
+    await asyncio.sleep(SPAWN_NOTICE_DELAY * 4)  # a command that has been running: the server knows its pid
     assert first_pid is not None
     os.kill(first_pid, signal.SIGKILL)
     with pytest.raises(ExecutorLost):

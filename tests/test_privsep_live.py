@@ -25,6 +25,7 @@ import anyio
 import httpx2
 import pytest
 
+from mcpserver.executor.service import SPAWN_NOTICE_DELAY
 from tests.database import ON_POSTGRES
 from tests.live import REPO, START_DEADLINE, LiveServer, apoll, live_pids_with, make_server, mcp_client, poll, text_of
 
@@ -279,6 +280,7 @@ async def test_a_dead_executor_fails_calls_clearly_and_health_says_so_until_it_i
 
             group.start_soon(call)
             await apoll(lambda: live_pids_with(marker), 15, "the command")
+            await anyio.sleep(SPAWN_NOTICE_DELAY * 4)  # running for a while: the server knows its pid
             layout.stop_executor(signal.SIGKILL)
         assert "tool executor stopped during this call" in text_of(results[0])
         refused = await client.call_tool("file_list", {"path": "."})

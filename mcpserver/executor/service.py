@@ -56,6 +56,7 @@ class ExecutorService:
         self.executor = executor
         self.allowed_uid = allowed_uid
         self._connections: set[asyncio.Task[None]] = set()
+        self._stopping = False
 
     def identity(self) -> dict[str, Any]:
         account = pwd.getpwuid(os.getuid())
@@ -86,6 +87,10 @@ class ExecutorService:
             await self._serve(reader, writer)
         except (ConnectionError, wire.FrameError) as error:
             logger.warning("dropped a connection: %s", error)
+        except asyncio.CancelledError:
+            if not self._stopping:
+                raise
+            # Shut-down (cancel_all): ending here is the plan, not an error for asyncio to log.
         finally:
             self._connections.discard(task)
             writer.close()
@@ -179,6 +184,7 @@ class ExecutorService:
 
     async def cancel_all(self) -> None:
         """Shut-down: cancel the calls in flight, which ends the commands they run (not background processes)."""
+        self._stopping = True
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
