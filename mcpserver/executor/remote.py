@@ -89,6 +89,9 @@ class RemoteExecutor:
                 f"Error: the tool executor is not running (nothing answers on {self.socket_path}); "
                 "no tool can run until it is back. The server's /health shows its state."
             ) from error
+        except PermissionError as error:  # a socket this server's user may not use: a deployment mistake
+            message = f"Error: this server's OS user may not connect to the tool executor's socket {self.socket_path}"
+            raise ExecutorUnavailable(message) from error
 
     async def call(self, op: str, listener: OutputListener | None = None, **args: Any) -> Any:
         reader, writer = await self._connection()
