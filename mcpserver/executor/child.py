@@ -23,6 +23,7 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 START_DEADLINE = 20.0
+START_POLL = 0.01  # seconds between checks that a starting child listens
 LOST_WAIT = 2.0  # how long a child that dropped a call may take to exit before we look again
 
 
@@ -79,34 +80,36 @@ class ExecutorChild:
                 return False
         return True
 
-    def _check_started(self, deadline: float) -> None:
+    def _launch(self) -> float | None:
+        """Start the child unless it is up and listening; the deadline to wait for it, or None if it is up."""
+        if self._listening and self.alive():
+            return None
+        self._spawn()
+        return time.monotonic() + START_DEADLINE
+
+    def _listening_now(self, deadline: float) -> bool:
+        """Whether the child answers yet; raises if it died while starting or the deadline passed."""
+        if self._answers():
+            self._listening = True
+            return True
         assert self._process is not None
         if self._process.poll() is not None:
             raise RuntimeError(f"the tool executor exited with {self._process.returncode} while starting")
         if time.monotonic() > deadline:
             raise RuntimeError("the tool executor did not start listening in time")
+        return False
 
     def start(self) -> None:
         """Start it (if needed) and wait until it answers; for start-up and synchronous code."""
-        if self._listening and self.alive():
-            return
-        self._spawn()
-        deadline = time.monotonic() + START_DEADLINE
-        while not self._answers():
-            self._check_started(deadline)
-            time.sleep(0.01)
-        self._listening = True
+        deadline = self._launch()
+        while deadline is not None and not self._listening_now(deadline):
+            time.sleep(START_POLL)
 
     async def ensure_running(self) -> None:
         """Before each call: restart the child if it died, and wait (without blocking the loop) until it answers."""
-        if self._listening and self.alive():
-            return
-        self._spawn()
-        deadline = time.monotonic() + START_DEADLINE
-        while not self._answers():
-            self._check_started(deadline)
-            await asyncio.sleep(0.01)
-        self._listening = True
+        deadline = self._launch()
+        while deadline is not None and not self._listening_now(deadline):
+            await asyncio.sleep(START_POLL)
 
     async def lost(self) -> None:
         """A call lost its connection: wait briefly for the child to be gone, then check it before the next call."""
