@@ -152,29 +152,41 @@ def _keyed(key: bytes) -> Mac:
 
 
 def append(record: AuditRecord) -> AuditRecord:
-    """Insert `record` at the head of the chain. Writers serialize on the ChainHead row, so the chain cannot fork.
+    """Insert `record` at the head of the chain (see append_all)."""
+    append_all([record])
+    return record
 
-    Holding the lock until commit also means records commit in id order, so a reader that has seen record N has
-    seen every record before it. The statements are lock_head(), save() and update() as plain SQL.
+
+def append_all(records: Sequence[AuditRecord]) -> None:
+    """Insert `records`, in order, at the head of the chain in one transaction; each gets its id, prev_mac and mac.
+
+    Writers serialize on the ChainHead row, so the chain cannot fork. Holding the lock until commit also means
+    records commit in id order, so a reader that has seen record N has seen every record before it. The statements
+    are lock_head(), save() per record and one update() of the head, as plain SQL.
     """
-    make_storable(record)
+    if not records:
+        return
+    for record in records:
+        make_storable(record)
     statements = _statements(connection.vendor)
+    keyed = _keyed(settings.AUDIT_HMAC_KEY)
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(statements.head)
         row = cursor.fetchone()
-        record.prev_mac = row[0] if row else lock_head().mac  # an empty chain: the ORM path creates the head row
-        content = canonical_bytes(record_values(record), record.prev_mac)
-        record.mac = _keyed(settings.AUDIT_HMAC_KEY).hexdigest(content)
-        values = [field.get_db_prep_save(field.pre_save(record, True), connection) for field in _INSERTED]
-        cursor.execute(statements.insert, values)
-        if statements.returning:
-            record.id = cursor.fetchone()[0]
-        else:
-            record.id = connection.ops.last_insert_id(cursor, AuditRecord._meta.db_table, "id")
-        cursor.execute(statements.update, [record.mac, record.id])
-    record._state.adding = False
-    record._state.db = connection.alias
-    return record
+        prev_mac = row[0] if row else lock_head().mac  # an empty chain: the ORM path creates the head row
+        for record in records:
+            record.prev_mac = prev_mac
+            record.mac = prev_mac = keyed.hexdigest(canonical_bytes(record_values(record), prev_mac))
+            values = [field.get_db_prep_save(field.pre_save(record, True), connection) for field in _INSERTED]
+            cursor.execute(statements.insert, values)
+            if statements.returning:
+                record.id = cursor.fetchone()[0]
+            else:
+                record.id = connection.ops.last_insert_id(cursor, AuditRecord._meta.db_table, "id")
+        cursor.execute(statements.update, [prev_mac, records[-1].id])
+    for record in records:
+        record._state.adding = False
+        record._state.db = connection.alias
 
 
 def chain_head() -> tuple[str, int]:

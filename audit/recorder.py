@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import uuid
 from dataclasses import dataclass, fields
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from audit.chain import append
+from audit.chain import append, append_all
 from audit.excerpt import excerpt, store_arguments
 from audit.models import KIND_EVENT, KIND_FINISHED, KIND_STARTED, OUTCOME_DENIED, AuditRecord
+from audit.writer import AuditWriter
 
 logger = logging.getLogger(__name__)
 
@@ -71,8 +72,7 @@ def _base(kind: str, actor: Actor | None, instance_id: str) -> AuditRecord:
     return AuditRecord(kind=kind, created_at=timezone.now(), instance_id=instance_id, **values)
 
 
-def call_started(actor: Actor, tool: str, arguments: dict[str, Any], instance_id: str) -> AuditRecord:
-    """Commit the started record; the caller must not run the tool if this raises."""
+def started_record(actor: Actor, tool: str, arguments: dict[str, Any], instance_id: str) -> AuditRecord:
     stored = store_arguments(arguments, settings.AUDIT_EXCERPT_BYTES)
     record = _base(KIND_STARTED, actor, instance_id)
     record.call_id = uuid.uuid4().hex
@@ -81,10 +81,15 @@ def call_started(actor: Actor, tool: str, arguments: dict[str, Any], instance_id
     record.arguments_size = stored.size
     record.arguments_sha256 = stored.sha256
     record.detail = {"large_arguments": stored.large} if stored.large else None
-    return _append(record)
+    return record
 
 
-def call_finished(
+def call_started(actor: Actor, tool: str, arguments: dict[str, Any], instance_id: str) -> AuditRecord:
+    """Commit the started record; the caller must not run the tool if this raises."""
+    return _append(started_record(actor, tool, arguments, instance_id))
+
+
+def finished_record(
     started: AuditRecord,
     outcome: str,
     *,
@@ -113,7 +118,12 @@ def call_finished(
     # The finished record repeats who acted, so it can be read (and filtered) on its own.
     for name in ACTOR_FIELDS:
         setattr(record, name, getattr(started, name))
-    return _append(record)
+    return record
+
+
+def call_finished(started: AuditRecord, outcome: str, **result: Any) -> AuditRecord:
+    """Commit the finished record of `started` (keywords as finished_record's)."""
+    return _append(finished_record(started, outcome, **result))
 
 
 def call_denied(actor: Actor, tool: str, arguments: dict[str, Any], reason: str, instance_id: str) -> AuditRecord:
@@ -121,15 +131,35 @@ def call_denied(actor: Actor, tool: str, arguments: dict[str, Any], reason: str,
     return call_finished(started, OUTCOME_DENIED, result_text=reason, reason=reason, duration_ms=0)
 
 
-def event(event_name: str, actor: Actor | None = None, /, *, instance_id: str = "", **detail: Any) -> AuditRecord:
+def event_record(event_name: str, actor: Actor | None = None, /, *, instance_id: str = "", **detail: Any) -> AuditRecord:
     record = _base(KIND_EVENT, actor, instance_id)
     record.event = event_name
     record.detail = detail or None
-    return _append(record)
+    return record
 
 
-# Async forms for the tool path. Not thread-sensitive: audit writes run beside each other, serialized by the chain.
-acall_started = sync_to_async(call_started, thread_sensitive=False)
-acall_finished = sync_to_async(call_finished, thread_sensitive=False)
-acall_denied = sync_to_async(call_denied, thread_sensitive=False)
-aevent = sync_to_async(event, thread_sensitive=False)
+def event(event_name: str, actor: Actor | None = None, /, *, instance_id: str = "", **detail: Any) -> AuditRecord:
+    return _append(event_record(event_name, actor, instance_id=instance_id, **detail))
+
+
+# Async forms, for the tool path and the server's tasks: the records are built and written by the group-commit
+# writer's thread, which takes this process's turn like the synchronous writers above.
+WRITER = AuditWriter(append_all, _WRITE_TURN)
+
+
+async def acall_started(actor: Actor, tool: str, arguments: dict[str, Any], instance_id: str) -> AuditRecord:
+    """Commit the started record; the caller must not run the tool if this raises."""
+    return await WRITER.append(functools.partial(started_record, actor, tool, arguments, instance_id))
+
+
+async def acall_finished(started: AuditRecord, outcome: str, **result: Any) -> AuditRecord:
+    return await WRITER.append(functools.partial(finished_record, started, outcome, **result))
+
+
+async def acall_denied(actor: Actor, tool: str, arguments: dict[str, Any], reason: str, instance_id: str) -> AuditRecord:
+    started = await acall_started(actor, tool, arguments, instance_id)
+    return await acall_finished(started, OUTCOME_DENIED, result_text=reason, reason=reason, duration_ms=0)
+
+
+async def aevent(event_name: str, actor: Actor | None = None, /, *, instance_id: str = "", **detail: Any) -> AuditRecord:
+    return await WRITER.append(functools.partial(event_record, event_name, actor, instance_id=instance_id, **detail))

@@ -94,8 +94,12 @@ class Connection:
             await self.reader.readexactly(2)
 
 
-def sse_message(body: bytes) -> dict[str, Any]:
-    """The JSON-RPC response in an SSE body (the last `data:` line that holds one)."""
+def response_message(response: Response) -> dict[str, Any]:
+    """The JSON-RPC response: the whole body (application/json), or in an SSE stream the last `data:` line that
+    holds one."""
+    body = response.body
+    if response.headers.get("content-type", "").startswith("application/json"):
+        return json.loads(body)  # type: ignore[no-any-return]
     for line in reversed(body.split(b"\n")):
         if line.startswith(b"data:"):
             message = json.loads(line[5:])
@@ -144,7 +148,7 @@ class McpSession:
         response = await self._post(message)
         if response.status != 200:
             raise HttpError(f"http_{response.status}", response.body[:200].decode(errors="replace"))
-        answer = sse_message(response.body)
+        answer = response_message(response)
         if "error" in answer:
             raise HttpError("jsonrpc_error", str(answer["error"])[:200])
         result: dict[str, Any] = answer["result"]

@@ -12,6 +12,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp
 
 from audit.failures import FailureAggregator
+from audit.recorder import WRITER as AUDIT_WRITER
 from mcpserver.asgi import BearerAuthMiddleware, McpEndpoint
 from mcpserver.inflight import IN_FLIGHT
 from mcpserver.instance import sandstorm_version
@@ -85,6 +86,7 @@ def build_mcp_application() -> tuple[ASGIApp, SessionManagerRunner]:
 
     async def stop() -> None:
         await watcher.stop()
+        await asyncio.to_thread(AUDIT_WRITER.close)  # every session has ended: write what is queued
         await lifecycle.stop()
         if runtime.executor_child is not None:
             await asyncio.to_thread(runtime.executor_child.stop)

@@ -1,0 +1,240 @@
+"""The audit log's group-commit writer: the records that wait share a transaction, a failure stays with its caller.
+
+The first tests give the writer a stand-in for the chain's append_all, to hold a batch or refuse one record; the
+last write through the real chain, on whichever database the suite runs on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from collections.abc import Callable, Sequence
+
+import pytest
+from django.db import IntegrityError, OperationalError
+
+from audit import chain
+from audit.models import KIND_FINISHED, KIND_STARTED, AuditRecord
+from audit.recorder import WRITER, Actor, acall_finished, acall_started, aevent, event
+from audit.writer import AuditWriter
+
+
+class Appender:
+    """Stands in for chain.append_all: notes each batch by event name, numbers the records, refuses on request."""
+
+    def __init__(self, refuse: Callable[[Sequence[AuditRecord]], Exception | None] = lambda records: None) -> None:
+        self.batches: list[list[str]] = []
+        self.refuse = refuse
+        self.hold = threading.Event()
+        self.hold.set()
+        self.holding = threading.Event()
+        self._ids = itertools.count(1)
+
+    def __call__(self, records: Sequence[AuditRecord]) -> None:
+        self.holding.set()
+        self.hold.wait(10)
+        self.batches.append([record.event for record in records])
+        refused = self.refuse(records)
+        if refused is not None:
+            raise refused
+        for record in records:
+            record.id = next(self._ids)
+
+
+def named(name: str) -> Callable[[], AuditRecord]:
+    return lambda: AuditRecord(kind="event", event=name)
+
+
+async def held_then_queued(writer: AuditWriter, appender: Appender, names: list[str]) -> list[object]:
+    """Append "first" and hold its transaction until `names` are all queued behind it; what each append gave."""
+    appender.hold.clear()
+    first = asyncio.ensure_future(writer.append(named("first")))
+    await asyncio.to_thread(appender.holding.wait, 10)
+    rest = [asyncio.ensure_future(writer.append(named(name))) for name in names]
+    await asyncio.sleep(0.05)  # every append has reached the queue
+    appender.hold.set()
+    return await asyncio.gather(first, *rest, return_exceptions=True)
+
+
+@pytest.fixture
+def appender() -> Appender:
+    return Appender()
+
+
+@pytest.fixture
+def writer(appender: Appender) -> AuditWriter:
+    writer = AuditWriter(appender, threading.Lock(), max_batch=8)
+    yield writer
+    writer.close()
+
+
+def test_records_that_wait_are_written_together(writer: AuditWriter, appender: Appender) -> None:
+    names = [f"r{number}" for number in range(11)]
+    results = asyncio.run(held_then_queued(writer, appender, names))
+    assert [record.event for record in results] == ["first", *names]  # type: ignore[attr-defined]
+    assert len({record.id for record in results}) == 12  # type: ignore[attr-defined]
+    # The held transaction, then the queued records in order, at most max_batch a transaction.
+    assert appender.batches == [["first"], names[:8], names[8:]]
+
+
+def test_a_record_alone_is_written_at_once(writer: AuditWriter, appender: Appender) -> None:
+    async def one_by_one() -> list[str]:
+        return [(await writer.append(named(f"r{number}"))).event for number in range(3)]
+
+    assert asyncio.run(one_by_one()) == ["r0", "r1", "r2"]
+    assert appender.batches == [["r0"], ["r1"], ["r2"]]
+
+
+def test_a_record_that_cannot_be_built_fails_only_its_caller(writer: AuditWriter, appender: Appender) -> None:
+    def broken() -> AuditRecord:
+        raise ValueError("cannot build this one")
+
+    async def run() -> list[object]:
+        appender.hold.clear()
+        first = asyncio.ensure_future(writer.append(named("first")))
+        await asyncio.to_thread(appender.holding.wait, 10)
+        queued = [asyncio.ensure_future(writer.append(build)) for build in (named("a"), broken, named("b"))]
+        await asyncio.sleep(0.05)
+        appender.hold.set()
+        return await asyncio.gather(first, *queued, return_exceptions=True)
+
+    first, a, failed, b = asyncio.run(run())
+    assert isinstance(failed, ValueError) and str(failed) == "cannot build this one"
+    assert (a.event, b.event) == ("a", "b")  # type: ignore[union-attr]
+    assert appender.batches == [["first"], ["a", "b"]]
+
+
+def test_a_record_the_database_refuses_fails_only_its_caller() -> None:
+    refusing = Appender(lambda records: IntegrityError("refused") if any(r.event == "bad" for r in records) else None)
+    writer = AuditWriter(refusing, threading.Lock())
+    try:
+        results = asyncio.run(held_then_queued(writer, refusing, ["a", "bad", "b"]))
+    finally:
+        writer.close()
+    first, a, bad, b = results
+    assert isinstance(bad, IntegrityError)
+    assert (first.event, a.event, b.event) == ("first", "a", "b")  # type: ignore[union-attr]
+    # The batch failed as a whole, then each of its records was written alone.
+    assert refusing.batches == [["first"], ["a", "bad", "b"], ["a"], ["bad"], ["b"]]
+
+
+def test_a_database_that_cannot_be_written_fails_the_batch_without_retrying_each_record() -> None:
+    locked = Appender(lambda records: OperationalError("database is locked") if len(records) > 1 else None)
+    writer = AuditWriter(locked, threading.Lock())
+    try:
+        first, *rest = asyncio.run(held_then_queued(writer, locked, ["a", "b", "c"]))
+    finally:
+        writer.close()
+    assert first.event == "first"  # type: ignore[attr-defined]
+    assert all(isinstance(result, OperationalError) for result in rest)
+    assert locked.batches == [["first"], ["a", "b", "c"]]  # each record alone would wait for the lock again
+
+
+def test_a_cancelled_caller_does_not_withdraw_its_record(writer: AuditWriter, appender: Appender) -> None:
+    async def run() -> str:
+        appender.hold.clear()
+        waiting = asyncio.ensure_future(writer.append(named("cancelled")))
+        await asyncio.to_thread(appender.holding.wait, 10)
+        waiting.cancel()
+        await asyncio.sleep(0)
+        appender.hold.set()
+        return (await writer.append(named("next"))).event
+
+    assert asyncio.run(run()) == "next"
+    assert appender.batches == [["cancelled"], ["next"]]
+
+
+def test_close_writes_what_is_queued_and_a_later_append_starts_again(writer: AuditWriter, appender: Appender) -> None:
+    async def queue_and_close() -> list[asyncio.Future[AuditRecord]]:
+        appender.hold.clear()
+        futures = [asyncio.ensure_future(writer.append(named(f"r{number}"))) for number in range(3)]
+        await asyncio.to_thread(appender.holding.wait, 10)
+        appender.hold.set()
+        await asyncio.to_thread(writer.close)
+        return futures
+
+    futures = asyncio.run(queue_and_close())
+    assert [event for batch in appender.batches for event in batch] == ["r0", "r1", "r2"]
+    assert not [thread for thread in threading.enumerate() if thread.name == "audit-writer"]
+    assert all(future.done() for future in futures)
+    assert asyncio.run(writer.append(named("again"))).event == "again"
+
+
+def test_callers_on_several_event_loops_each_get_their_own_records(writer: AuditWriter, appender: Appender) -> None:
+    results: dict[int, list[str]] = {}
+
+    def loop_in_thread(number: int) -> None:
+        async def run() -> list[str]:
+            records = await asyncio.gather(*(writer.append(named(f"{number}-{n}")) for n in range(20)))
+            return [record.event for record in records]
+
+        results[number] = asyncio.run(run())
+
+    threads = [threading.Thread(target=loop_in_thread, args=(number,)) for number in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert results == {number: [f"{number}-{n}" for n in range(20)] for number in range(4)}
+
+
+# --- through the real chain -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def real_writer() -> None:
+    yield
+    WRITER.close()  # its thread's database connection is closed with it
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("real_writer")
+def test_concurrent_calls_keep_one_chain_with_sync_writers_beside_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    batch_sizes: list[int] = []
+    append_all = chain.append_all
+
+    def counting(records: Sequence[AuditRecord]) -> None:
+        batch_sizes.append(len(records))
+        append_all(records)
+
+    monkeypatch.setattr(WRITER, "_append_all", counting)
+    stop_sync = threading.Event()
+
+    def sync_writer() -> None:  # the admin or a management command, writing in a thread of its own
+        from django.db import connection
+
+        try:
+            while not stop_sync.is_set():
+                event("sync.write")
+        finally:
+            connection.close()
+
+    async def agent(number: int) -> None:
+        actor = Actor(username=f"agent-{number}", credential_kind="bearer", credential_id=str(number))
+        for call in range(5):
+            started = await acall_started(actor, "terminal_exec", {"command": f"echo {call}"}, "test")
+            await acall_finished(started, "ok", result_text=str(call), exit_code=0, duration_ms=1)
+        await aevent("agent.done", actor, agent=number)
+
+    async def all_agents() -> None:
+        await asyncio.gather(*(agent(number) for number in range(30)))
+
+    beside = threading.Thread(target=sync_writer)
+    beside.start()
+    try:
+        asyncio.run(all_agents())
+    finally:
+        stop_sync.set()
+        beside.join(30)
+
+    assert AuditRecord.objects.filter(kind=KIND_STARTED).count() == 150
+    finished = AuditRecord.objects.filter(kind=KIND_FINISHED)
+    assert finished.count() == 150
+    started_ids = set(AuditRecord.objects.filter(kind=KIND_STARTED).values_list("id", flat=True))
+    assert {record.started_id for record in finished} == started_ids
+    assert all(record.username.startswith("agent-") for record in finished)
+    assert AuditRecord.objects.filter(event="agent.done").count() == 30
+    result = chain.verify()
+    assert result.ok, result
+    assert sum(batch_sizes) == 330 and max(batch_sizes) > 1  # thirty agents at once: records shared transactions
