@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 from django.db import DatabaseError
 from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult
@@ -85,12 +86,16 @@ async def deny(actor: Actor, spec: ToolSpec, arguments: dict[str, Any], runtime:
 
 async def run_audited(spec: ToolSpec, call: ToolCall, actor: Actor, arguments: dict[str, Any]) -> ToolResult:
     try:
-        started = await acall_started(actor, spec.name, arguments, INSTANCE_ID)
+        # Shielded: a started record is written even for a caller cancelled meanwhile, so let the call see it written
+        # and, at its next await, end as cancelled with a finished record, instead of leaving it open.
+        with anyio.CancelScope(shield=True):
+            started = await acall_started(actor, spec.name, arguments, INSTANCE_ID)
     except DatabaseError:
         logger.exception("audit: could not record the start of %s; refusing the call", spec.name)
         return ToolResult.error(AUDIT_UNAVAILABLE)
     began = time.monotonic()
     try:
+        await anyio.lowlevel.checkpoint_if_cancelled()  # cancelled while its started record was written: never run
         result = await _run(spec, call, arguments)
     except BaseException:
         # Cancelled by the client, a disconnect or shut-down: record it even inside the cancelled scope.

@@ -1,0 +1,81 @@
+"""A tool call cancelled while its started record is being written: it never runs, and its record is closed."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import anyio
+import pytest
+
+from audit.models import KIND_FINISHED, KIND_STARTED, OUTCOME_CANCELLED, OUTCOME_OK, AuditRecord
+from audit.recorder import WRITER, Actor
+from mcpserver import dispatch
+from mcpserver.registry import ToolSpec
+from mcpserver.results import ToolResult
+
+ACTOR = Actor(username="agent", credential_kind="bearer", credential_id="1")
+
+
+@pytest.fixture
+def ran() -> list[dict[str, Any]]:
+    return []
+
+
+@pytest.fixture
+def spec(ran: list[dict[str, Any]]) -> ToolSpec:
+    async def tool(call: object, **arguments: Any) -> ToolResult:
+        ran.append(arguments)  # no await before this: a call that gets here has run
+        return ToolResult(text="ran", exit_code=0)
+
+    return ToolSpec(name="terminal_exec", fn=tool, title="t", read_only=False, destructive=False, idempotent=False, open_world=False)
+
+
+@pytest.fixture(autouse=True)
+def _close_writer() -> None:
+    yield
+    WRITER.close()
+
+
+def slow_started(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
+    """Make the started record take a while to write; the event is set once it is being written."""
+    writing = asyncio.Event()
+    real = dispatch.acall_started
+
+    async def slow(*args: Any) -> AuditRecord:
+        writing.set()
+        await asyncio.sleep(0.2)
+        return await real(*args)
+
+    monkeypatch.setattr(dispatch, "acall_started", slow)
+    return writing
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_call_cancelled_while_its_started_record_is_written_never_runs_and_is_recorded_cancelled(
+    monkeypatch: pytest.MonkeyPatch, spec: ToolSpec, ran: list[dict[str, Any]]
+) -> None:
+    async def cancel_during_the_write() -> None:
+        writing = slow_started(monkeypatch)
+        async with anyio.create_task_group() as group:
+            group.start_soon(dispatch.run_audited, spec, None, ACTOR, {"command": "rm -rf build"})
+            await writing.wait()
+            group.cancel_scope.cancel()
+
+    anyio.run(cancel_during_the_write)
+    assert ran == []
+    started = AuditRecord.objects.get(kind=KIND_STARTED)
+    assert started.arguments == {"command": "rm -rf build"}
+    finished = AuditRecord.objects.get(kind=KIND_FINISHED)
+    assert (finished.started_id, finished.outcome) == (started.id, OUTCOME_CANCELLED)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_call_not_cancelled_runs_once(monkeypatch: pytest.MonkeyPatch, spec: ToolSpec, ran: list[dict[str, Any]]) -> None:
+    async def call() -> ToolResult:
+        slow_started(monkeypatch)
+        return await dispatch.run_audited(spec, None, ACTOR, {"command": "make"})  # type: ignore[arg-type]
+
+    assert anyio.run(call).text == "ran"
+    assert ran == [{"command": "make"}]
+    assert AuditRecord.objects.get(kind=KIND_FINISHED).outcome == OUTCOME_OK
