@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import logging
+import os
 import queue
 import threading
 from collections.abc import Callable, Sequence
@@ -53,6 +54,8 @@ class AuditWriter:
         self._thread: threading.Thread | None = None
         self._lifecycle = threading.Lock()
         atexit.register(self.close)
+        # A forked child has none of the parent's threads: its first append must start a thread of its own.
+        os.register_at_fork(after_in_child=self._forget_thread)
 
     async def append(self, build: Callable[[], AuditRecord]) -> AuditRecord:
         """Append the record `build()` makes, once it is committed; raises what building or writing it raised."""
@@ -66,6 +69,10 @@ class AuditWriter:
                 self._thread.start()
             self._jobs.put(job)
         return await job.future
+
+    def _forget_thread(self) -> None:
+        self._thread = None
+        self._lifecycle = threading.Lock()
 
     def close(self, timeout: float = 30.0) -> None:
         """Write what is queued and end the thread (a later append starts a new one)."""

@@ -238,3 +238,22 @@ def test_concurrent_calls_keep_one_chain_with_sync_writers_beside_them(monkeypat
     result = chain.verify()
     assert result.ok, result
     assert sum(batch_sizes) == 330 and max(batch_sizes) > 1  # thirty agents at once: records shared transactions
+
+
+def test_a_forked_child_starts_a_writer_thread_of_its_own(writer: AuditWriter, appender: Appender) -> None:
+    import multiprocessing
+
+    asyncio.run(writer.append(named("in the parent")))  # the parent's thread is running
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+
+    def child() -> None:
+        record = asyncio.run(asyncio.wait_for(writer.append(named("in the child")), 10))
+        results.put(record.event)
+        writer.close()
+
+    process = context.Process(target=child)
+    process.start()
+    process.join(30)
+    assert process.exitcode == 0
+    assert results.get(timeout=5) == "in the child"
