@@ -86,8 +86,8 @@ async def deny(actor: Actor, spec: ToolSpec, arguments: dict[str, Any], runtime:
 
 async def run_audited(spec: ToolSpec, call: ToolCall, actor: Actor, arguments: dict[str, Any]) -> ToolResult:
     try:
-        # Shielded: a started record is written even for a caller cancelled meanwhile, so let the call see it written
-        # and, at its next await, end as cancelled with a finished record, instead of leaving it open.
+        # Shielded: the writer completes a started record even for a caller cancelled meanwhile, so wait for it; the
+        # checkpoint below then ends such a call as cancelled, with its finished record, before the tool runs.
         with anyio.CancelScope(shield=True):
             started = await acall_started(actor, spec.name, arguments, INSTANCE_ID)
     except DatabaseError:
