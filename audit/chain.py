@@ -151,12 +151,6 @@ def _keyed(key: bytes) -> Mac:
     return Mac(key)
 
 
-def append(record: AuditRecord) -> AuditRecord:
-    """Insert `record` at the head of the chain (see append_all)."""
-    append_all([record])
-    return record
-
-
 def append_all(records: Sequence[AuditRecord]) -> None:
     """Insert `records`, in order, at the head of the chain in one transaction; each gets its id, prev_mac and mac.
 

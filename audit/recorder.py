@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from audit.chain import append, append_all
+from audit.chain import append_all
 from audit.excerpt import excerpt, store_arguments
 from audit.models import KIND_EVENT, KIND_FINISHED, KIND_STARTED, OUTCOME_DENIED, AuditRecord
 from audit.writer import AuditWriter
@@ -61,9 +61,11 @@ def _append(record: AuditRecord) -> AuditRecord:
     if connection.in_atomic_block:
         # Inside a transaction that may already hold the database's write lock: waiting for a turn here could
         # deadlock with a writer that holds the turn and waits for that lock.
-        return append(record)
-    with _WRITE_TURN:
-        return append(record)
+        append_all([record])
+    else:
+        with _WRITE_TURN:
+            append_all([record])
+    return record
 
 
 def _base(kind: str, actor: Actor | None, instance_id: str) -> AuditRecord:

@@ -165,7 +165,9 @@ def test_audit_export_jsonl_has_one_parseable_line_per_call_with_started_and_fin
 
 def old_event(name: str, days_ago: float) -> AuditRecord:
     """An event appended to the chain now, with a creation time in the past (as a slow clock would write it)."""
-    return chain.append(AuditRecord(kind=KIND_EVENT, event=name, created_at=timezone.now() - timedelta(days=days_ago)))
+    record = AuditRecord(kind=KIND_EVENT, event=name, created_at=timezone.now() - timedelta(days=days_ago))
+    chain.append_all([record])
+    return record
 
 
 @pytest.mark.django_db
