@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import hmac
 import json
@@ -14,11 +13,10 @@ from json.encoder import encode_basestring
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection
 from django.utils.dateparse import parse_datetime
 
 from audit.models import AuditRecord, ChainCheckpoint, ChainHead
-from audit.storable import storable_json, storable_text
 
 GENESIS_MAC = "0" * 64
 # Every field the mac covers, in a fixed order. `id` is left out: the chain itself fixes the order.
@@ -91,16 +89,6 @@ def record_values(record: AuditRecord) -> list[Any]:
     return [getattr(record, name) for name in CHAINED_FIELDS]
 
 
-def make_storable(record: AuditRecord) -> None:
-    """Put `record`'s content in the form the database gives back, so its mac verifies on every database."""
-    for name in CHAINED_FIELDS:
-        value = getattr(record, name)
-        if name in JSON_FIELDS:
-            setattr(record, name, storable_json(value))
-        elif isinstance(value, str):
-            setattr(record, name, storable_text(value))
-
-
 def lock_head() -> ChainHead:
     """The chain head, locked until the surrounding transaction ends: whoever holds it is the chain's only writer.
 
@@ -114,73 +102,6 @@ def lock_head() -> ChainHead:
         ChainHead.objects.bulk_create([ChainHead(pk=1, mac=GENESIS_MAC, last_record_id=0)], ignore_conflicts=True)
         head = ChainHead.objects.select_for_update().get(pk=1)
     return head
-
-
-@dataclass(frozen=True)
-class _Statements:
-    """The three statements of an append, written once: compiling them through the ORM cost more CPU than running
-    them (the ORM's select_for_update, save and update were two thirds of an append)."""
-
-    head: str
-    insert: str
-    update: str
-    returning: bool
-
-
-_INSERTED = tuple(field for field in AuditRecord._meta.concrete_fields if not field.primary_key)
-
-
-@functools.cache
-def _statements(vendor: str) -> _Statements:
-    quote = connection.ops.quote_name
-    records, heads = quote(AuditRecord._meta.db_table), quote(ChainHead._meta.db_table)
-    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
-    returning = bool(connection.features.can_return_columns_from_insert)
-    columns = ", ".join(quote(field.column) for field in _INSERTED)
-    insert = f"INSERT INTO {records} ({columns}) VALUES ({', '.join(['%s'] * len(_INSERTED))})"
-    return _Statements(
-        head=f"SELECT {quote('mac')} FROM {heads} WHERE {quote('id')} = 1{lock}",
-        insert=insert + (f" RETURNING {quote('id')}" if returning else ""),
-        update=f"UPDATE {heads} SET {quote('mac')} = %s, {quote('last_record_id')} = %s WHERE {quote('id')} = 1",
-        returning=returning,
-    )
-
-
-@functools.lru_cache(maxsize=4)
-def _keyed(key: bytes) -> Mac:
-    return Mac(key)
-
-
-def append_all(records: Sequence[AuditRecord]) -> None:
-    """Insert `records`, in order, at the head of the chain in one transaction; each gets its id, prev_mac and mac.
-
-    Writers serialize on the ChainHead row, so the chain cannot fork. Holding the lock until commit also means
-    records commit in id order, so a reader that has seen record N has seen every record before it. The statements
-    are lock_head(), save() per record and one update() of the head, as plain SQL.
-    """
-    if not records:
-        return
-    for record in records:
-        make_storable(record)
-    statements = _statements(connection.vendor)
-    keyed = _keyed(settings.AUDIT_HMAC_KEY)
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(statements.head)
-        row = cursor.fetchone()
-        prev_mac = row[0] if row else lock_head().mac  # an empty chain: the ORM path creates the head row
-        for record in records:
-            record.prev_mac = prev_mac
-            record.mac = prev_mac = keyed.hexdigest(canonical_bytes(record_values(record), prev_mac))
-            values = [field.get_db_prep_save(field.pre_save(record, True), connection) for field in _INSERTED]
-            cursor.execute(statements.insert, values)
-            if statements.returning:
-                record.id = cursor.fetchone()[0]
-            else:
-                record.id = connection.ops.last_insert_id(cursor, AuditRecord._meta.db_table, "id")
-        cursor.execute(statements.update, [prev_mac, records[-1].id])
-    for record in records:
-        record._state.adding = False
-        record._state.db = connection.alias
 
 
 def chain_head() -> tuple[str, int]:

@@ -13,8 +13,9 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from audit.chain import append_all
+from audit.append import append_all
 from audit.excerpt import excerpt, store_arguments
+from audit.inline import InlineAppender
 from audit.models import KIND_EVENT, KIND_FINISHED, KIND_STARTED, OUTCOME_DENIED, AuditRecord
 from audit.writer import AuditWriter
 
@@ -145,17 +146,21 @@ def event(event_name: str, actor: Actor | None = None, /, *, instance_id: str = 
 
 
 # Async forms, for the tool path and the server's tasks: the records are built and written by the group-commit
-# writer's thread, which takes this process's turn like the synchronous writers above.
-WRITER = AuditWriter(append_all, _WRITE_TURN)
+# writer's thread, which takes this process's turn like the synchronous writers above; a lone call's records, on
+# SQLite, on the caller's thread when they can be at once (audit.inline).
+_INLINE = InlineAppender(_WRITE_TURN) if connection.vendor == "sqlite" else None
+WRITER = AuditWriter(append_all, _WRITE_TURN, inline=_INLINE)
 
 
-async def acall_started(actor: Actor, tool: str, arguments: dict[str, Any], instance_id: str) -> AuditRecord:
-    """Commit the started record; the caller must not run the tool if this raises."""
-    return await WRITER.append(functools.partial(started_record, actor, tool, arguments, instance_id))
+async def acall_started(
+    actor: Actor, tool: str, arguments: dict[str, Any], instance_id: str, *, lone_call: bool = False
+) -> AuditRecord:
+    """Commit the started record; the caller must not run the tool if this raises. `lone_call`: see AuditWriter."""
+    return await WRITER.append(functools.partial(started_record, actor, tool, arguments, instance_id), lone_call=lone_call)
 
 
-async def acall_finished(started: AuditRecord, outcome: str, **result: Any) -> AuditRecord:
-    return await WRITER.append(functools.partial(finished_record, started, outcome, **result))
+async def acall_finished(started: AuditRecord, outcome: str, *, lone_call: bool = False, **result: Any) -> AuditRecord:
+    return await WRITER.append(functools.partial(finished_record, started, outcome, **result), lone_call=lone_call)
 
 
 async def acall_denied(actor: Actor, tool: str, arguments: dict[str, Any], reason: str, instance_id: str) -> AuditRecord:

@@ -9,12 +9,17 @@ one commit, and one wake-up of each waiting event loop, per batch. Alone, a reco
 A record is built on this thread as well (hashing a large argument or result is not the event loop's work), by a
 function the caller passes. A batch that fails is written again record by record, so a record that cannot be
 written fails only its own caller. A caller that is cancelled while it waits does not withdraw its record.
+
+The record of a lone call (the only tool call running in this process) has nothing to share a commit with: with an
+inline appender (audit.inline, SQLite), it is built and committed on the caller's thread when that needs no
+waiting, and comes here only otherwise.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import functools
 import logging
 import os
 import queue
@@ -24,6 +29,7 @@ from dataclasses import dataclass, field
 
 from django.db import OperationalError, connection
 
+from audit.inline import InlineAppender
 from audit.models import AuditRecord
 
 logger = logging.getLogger(__name__)
@@ -46,8 +52,11 @@ _STOP = None  # put on the queue by close(): the thread finishes what is before 
 class AuditWriter:
     """Appends records for coroutines on a thread of its own; started on first use, again after close()."""
 
-    def __init__(self, append_all: Appender, turn: threading.Lock, max_batch: int = MAX_BATCH) -> None:
+    def __init__(
+        self, append_all: Appender, turn: threading.Lock, max_batch: int = MAX_BATCH, inline: InlineAppender | None = None
+    ) -> None:
         self._append_all = append_all
+        self._inline = inline
         self._turn = turn  # shared with this process's synchronous writers
         self._max_batch = max_batch
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
@@ -57,8 +66,16 @@ class AuditWriter:
         # A forked child has none of the parent's threads: its first append must start a thread of its own.
         os.register_at_fork(after_in_child=self._forget_thread)
 
-    async def append(self, build: Callable[[], AuditRecord]) -> AuditRecord:
-        """Append the record `build()` makes, once it is committed; raises what building or writing it raised."""
+    async def append(self, build: Callable[[], AuditRecord], *, lone_call: bool = False) -> AuditRecord:
+        """Append the record `build()` makes, once it is committed; raises what building or writing it raised.
+
+        `lone_call`: the caller is the only tool call running in this process, so the record may be written inline.
+        """
+        if lone_call and self._inline is not None:
+            record = build()
+            if self._inline.try_append(record):
+                return record
+            build = functools.partial(_same, record)
         loop = asyncio.get_running_loop()
         job = _Job(build, loop, loop.create_future())
         with self._lifecycle:
@@ -78,12 +95,14 @@ class AuditWriter:
         """Write what is queued and end the thread (a later append starts a new one)."""
         with self._lifecycle:
             thread, self._thread = self._thread, None
-            if thread is None:
-                return
-            self._jobs.put(_STOP)
-        thread.join(timeout)
-        if thread.is_alive():
-            logger.error("audit writer: records were still being written after %.0f s at shut-down", timeout)
+            if thread is not None:
+                self._jobs.put(_STOP)
+        if thread is not None:
+            thread.join(timeout)
+            if thread.is_alive():
+                logger.error("audit writer: records were still being written after %.0f s at shut-down", timeout)
+        if self._inline is not None:
+            self._inline.close()
 
     def _run(self, jobs: queue.SimpleQueue[_Job | None]) -> None:
         try:
@@ -132,6 +151,10 @@ class AuditWriter:
     def _append(self, records: list[AuditRecord]) -> None:
         with self._turn:
             self._append_all(records)
+
+
+def _same(record: AuditRecord) -> AuditRecord:
+    return record
 
 
 def _build(job: _Job) -> bool:

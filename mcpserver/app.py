@@ -23,6 +23,7 @@ from mcpserver.executor.interface import ToolFailure
 from mcpserver.executor.remote import ExecutorFault, ExecutorLost
 from mcpserver.runtime import Runtime, get_runtime
 from mcpserver.server import build_server
+from mcpserver.transport import install as install_transport
 from oauth.credentials import authenticate
 
 logger = logging.getLogger(__name__)
@@ -68,6 +69,7 @@ async def announce_executor(runtime: Runtime) -> None:
 
 
 def build_mcp_application() -> tuple[ASGIApp, SessionManagerRunner]:
+    install_transport()  # JSON answers where no stream is needed (mcpserver.transport)
     server = build_server(sandstorm_version())
     server.streamable_http_app(
         streamable_http_path="/mcp",

@@ -35,6 +35,9 @@ class InFlightCalls:
     def unregister(self, call: InFlightCall) -> None:
         self._calls.discard(call)
 
+    def __len__(self) -> int:
+        return len(self._calls)
+
     def cancel_request(self, session_id: str, request_ids: set[str]) -> int:
         """Cancel the calls of these JSON-RPC requests of one MCP session. Returns how many."""
         return self._cancel(lambda call: call.session_id == session_id and call.request_id in request_ids)

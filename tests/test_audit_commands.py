@@ -26,6 +26,7 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from audit import chain
+from audit.append import append_all
 from audit.models import KIND_EVENT, AuditRecord, ChainCheckpoint, ChainHead
 from audit.recorder import Actor, call_finished, call_started, event
 from tests.database import copy_server_database
@@ -166,7 +167,7 @@ def test_audit_export_jsonl_has_one_parseable_line_per_call_with_started_and_fin
 def old_event(name: str, days_ago: float) -> AuditRecord:
     """An event appended to the chain now, with a creation time in the past (as a slow clock would write it)."""
     record = AuditRecord(kind=KIND_EVENT, event=name, created_at=timezone.now() - timedelta(days=days_ago))
-    chain.append_all([record])
+    append_all([record])
     return record
 
 

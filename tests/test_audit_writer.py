@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 import pytest
 from django.db import IntegrityError, OperationalError
 
+import audit.append
 from audit import chain
 from audit.models import KIND_FINISHED, KIND_STARTED, AuditRecord
 from audit.recorder import WRITER, Actor, acall_finished, acall_started, aevent, event
@@ -21,7 +22,7 @@ from audit.writer import AuditWriter
 
 
 class Appender:
-    """Stands in for chain.append_all: notes each batch by event name, numbers the records, refuses on request."""
+    """Stands in for audit.append.append_all: notes each batch by event name, numbers the records, refuses on request."""
 
     def __init__(self, refuse: Callable[[Sequence[AuditRecord]], Exception | None] = lambda records: None) -> None:
         self.batches: list[list[str]] = []
@@ -192,7 +193,7 @@ def real_writer() -> None:
 @pytest.mark.usefixtures("real_writer")
 def test_concurrent_calls_keep_one_chain_with_sync_writers_beside_them(monkeypatch: pytest.MonkeyPatch) -> None:
     batch_sizes: list[int] = []
-    append_all = chain.append_all
+    append_all = audit.append.append_all
 
     def counting(records: Sequence[AuditRecord]) -> None:
         batch_sizes.append(len(records))

@@ -42,10 +42,10 @@ def slow_started(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
     writing = asyncio.Event()
     real = dispatch.acall_started
 
-    async def slow(*args: Any) -> AuditRecord:
+    async def slow(*args: Any, **kwargs: Any) -> AuditRecord:
         writing.set()
         await asyncio.sleep(0.2)
-        return await real(*args)
+        return await real(*args, **kwargs)
 
     monkeypatch.setattr(dispatch, "acall_started", slow)
     return writing

@@ -1,0 +1,86 @@
+"""2025-11-25 sessions: a request whose stream could carry nothing but its answer is answered with one JSON body.
+
+The SDK's session transport answers every request POSTed to a session with an SSE stream. For a short tool call
+that stream costs more of the server's CPU than the rest of the request: a task group for the response, its writer,
+ping and disconnect listeners, memory streams and a chunked body. The spec lets a server answer a request with
+`application/json` instead, and every client must accept either. The stream carries more than the answer only if
+the server sends more: progress notifications (only for a request that carries a progress token) or requests to the
+client (Sandstorm sends none). So a request without a progress token gets a JSON answer, and one with a token keeps
+its stream and its progress. The SDK's 2026-07-28 path decides the same way: it commits to SSE only once a handler
+emits a notification.
+
+The SDK's transport reads `is_json_response_enabled` wherever it chooses between the two; here that is a property,
+true while one chosen POST is handled. It is a context variable set in that POST's own task, so the session's
+message router (a task started by the session's opening request, which never sets it) keeps routing notifications
+to every other request's stream.
+"""
+
+from __future__ import annotations
+
+import json
+from contextvars import ContextVar
+
+import anyio
+from mcp.server import streamable_http_manager
+from mcp.server.streamable_http import StreamableHTTPServerTransport, check_accept_headers
+from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
+from starlette.requests import Request
+from starlette.types import Receive, Scope, Send
+
+_ANSWER_WITH_JSON: ContextVar[bool] = ContextVar("sandstorm_answer_with_json", default=False)
+
+
+def only_an_answer_can_follow(body: bytes) -> bool:
+    """Whether `body` is one JSON-RPC request, other than `initialize`, without a progress token."""
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return False
+    if not isinstance(message, dict) or "id" not in message or not isinstance(message.get("method"), str):
+        return False
+    if message["method"] == "initialize":
+        return False
+    params = message.get("params")
+    # The SDK's own reading of the token, so a token it would send progress for always keeps the stream.
+    return progress_token_from_params(params if isinstance(params, dict) else None) is None
+
+
+class SandstormTransport(StreamableHTTPServerTransport):
+    """The SDK's session transport, answering with JSON where nothing but the answer can follow."""
+
+    @property  # type: ignore[override]
+    def is_json_response_enabled(self) -> bool:
+        return self._json_for_every_request or _ANSWER_WITH_JSON.get()
+
+    @is_json_response_enabled.setter
+    def is_json_response_enabled(self, value: bool) -> None:
+        self._json_for_every_request = value
+
+    async def _handle_post_request(self, scope: Scope, request: Request, receive: Receive, send: Send) -> None:
+        # The body is already buffered (the SDK's body-size limit reads it first); the SDK reads the same bytes.
+        if self._json_for_every_request or check_accept_headers(request) != (True, True):
+            await super()._handle_post_request(scope, request, receive, send)  # as the SDK would, 406 included
+            return
+        if not only_an_answer_can_follow(await request.body()):
+            await super()._handle_post_request(scope, request, receive, send)
+            return
+        chosen = _ANSWER_WITH_JSON.set(True)
+        try:
+            async with anyio.create_task_group() as tasks:
+                # Nothing else reads the connection while a JSON answer is awaited: listen for the client hanging
+                # up, which cancels the request's tool call (mcpserver.asgi.DisconnectWatch), until it is answered.
+                tasks.start_soon(_read_until_disconnect, receive)
+                await super()._handle_post_request(scope, request, receive, send)
+                tasks.cancel_scope.cancel()
+        finally:
+            _ANSWER_WITH_JSON.reset(chosen)
+
+
+async def _read_until_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def install() -> None:
+    """Have the SDK's session manager open every session on SandstormTransport (it looks the class up by name)."""
+    streamable_http_manager.StreamableHTTPServerTransport = SandstormTransport  # type: ignore[misc]
