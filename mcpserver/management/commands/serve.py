@@ -16,8 +16,9 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         # Daphne's own access log records query strings (a token could sit there): sandstorm_site.accesslog
-        # logs requests instead. `-m daphne`: the interpreter we run under, whatever its bin dir holds.
-        argv = [sys.executable, "-m", "daphne", "--access-log", os.devnull]
+        # logs requests instead. Verbosity 0 with no --access-log turns it off (1 would print it on stdout); our
+        # logging configuration, not Daphne's, sets the levels. `-m daphne`: the interpreter we run under.
+        argv = [sys.executable, "-m", "daphne", "--verbosity", "0"]
         if options["unix_socket"]:
             argv += ["--proxy-headers", "-u", options["unix_socket"]]
         else:
