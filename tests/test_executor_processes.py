@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from mcpserver.executor import capture, processes
+from mcpserver.executor import capture, processes, spawn
 from mcpserver.executor.capture import prune_output_dir
 from mcpserver.executor.environment import clean_environment
 from mcpserver.executor.interface import ToolFailure
@@ -242,6 +242,25 @@ async def test_cancelled_call_sigkills_a_group_that_ignores_sigterm(executor: _E
     pgid = await _start_and_cancel(executor, tmp_path, "trap '' TERM; echo $$ > leader.pid; sleep 300; sleep 1")
     assert group_members(pgid)  # SIGTERM alone did not end it
     assert await wait_until(lambda: not group_members(pgid))
+
+
+async def test_a_cancelled_calls_command_is_still_reaped_when_it_ends(executor: _Executor, tmp_path: Path) -> None:
+    leader = await _start_and_cancel(executor, tmp_path, "echo $$ > leader.pid; sleep 300")
+    assert await wait_until(lambda: not spawn._unreaped)
+    with pytest.raises(ChildProcessError):
+        os.waitpid(leader, os.WNOHANG)  # reaped already: no zombie left for this process
+
+
+async def test_without_pidfds_a_thread_waits_for_each_command(executor: _Executor, monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused(pid: int) -> int:
+        raise PermissionError("pidfd_open is not allowed here")
+
+    monkeypatch.setattr(os, "pidfd_open", refused)
+    result = await run(executor, "echo out; echo err >&2; exit 3")
+    assert (result.stdout, result.stderr, result.exit_code) == ("out\n", "err\n", 3)
+    timed_out = await run(executor, "sleep 30", timeout=0.3)
+    assert (timed_out.timed_out, timed_out.exit_code) == (True, 124)
+    assert not spawn._unreaped
 
 
 async def test_backgrounded_child_holding_the_pipes_does_not_hang_the_call(executor: _Executor) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from mcpserver.executor.capture import ProgressRelay, StreamCapture, prune_output_dir, spill_stem
 from mcpserver.executor.interface import BackgroundStart, ExecResult, OutputListener, ToolFailure
 from mcpserver.executor.paths import Workspace
+from mcpserver.executor.spawn import Spawned, spawn
 
 logger = logging.getLogger(__name__)
 
@@ -52,98 +53,52 @@ def kill_group(pgid: int, signum: int) -> None:
         logger.warning("not allowed to signal process group %d", pgid)
 
 
-class _Capture(asyncio.SubprocessProtocol):
-    """Feeds the pipes into bounded captures and tells when the process exited and when its pipes closed.
-
-    A protocol rather than `create_subprocess_exec`'s streams: before Python 3.12 `Process.wait()` does not
-    return until the pipes close, and a command that backgrounds something (`sleep 100 &`) keeps them open.
-    """
-
-    def __init__(self, streams: dict[int, StreamCapture], relay: ProgressRelay | None) -> None:
-        loop = asyncio.get_running_loop()
-        self.streams = streams
-        self.relay = relay
-        self.exited: asyncio.Future[None] = loop.create_future()
-        self.pipes_closed: asyncio.Future[None] = loop.create_future()
-        self._open_pipes = set(streams)
-
-    def pipe_data_received(self, fd: int, data: bytes) -> None:
-        self.streams[fd].feed(data)
-        if self.relay is not None:
-            self.relay.feed(fd, data)
-
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        self._open_pipes.discard(fd)
-        if not self._open_pipes and not self.pipes_closed.done():
-            self.pipes_closed.set_result(None)
-
-    def process_exited(self) -> None:
-        if not self.exited.done():
-            self.exited.set_result(None)
-
-
-async def _spawn(argv: list[str], cwd: str, env: dict[str, str], protocol: _Capture) -> asyncio.SubprocessTransport:
-    loop = asyncio.get_running_loop()
-    try:
-        transport, _ = await loop.subprocess_exec(
-            lambda: protocol,
-            *argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            cwd=cwd,
-            env=env,
-        )
-    except FileNotFoundError as error:
-        raise ToolFailure(f"Error: {argv[0]} is not installed") from error
-    except PermissionError as error:
-        raise ToolFailure(f"Error: {argv[0]}: Permission denied") from error
-    return transport
-
-
 async def _wait_for(future: asyncio.Future[None], timeout: float) -> bool:
     """Whether `future` finished within `timeout` seconds (it is never cancelled by the wait)."""
     done, _ = await asyncio.wait({future}, timeout=timeout)
     return bool(done)
 
 
-async def _supervise(protocol: _Capture, pid: int, timeout: float) -> bool:
+async def _supervise(child: Spawned, timeout: float) -> bool:
     """Wait for the command and its pipes; on timeout, end its group. Returns whether it timed out."""
-    timed_out = not await _wait_for(protocol.exited, timeout)
+    timed_out = not await _wait_for(child.exited, timeout)
     if timed_out:
-        kill_group(pid, signal.SIGTERM)
-        if not await _wait_for(protocol.exited, TERM_GRACE):
-            kill_group(pid, signal.SIGKILL)
-            await _wait_for(protocol.exited, KILL_WAIT)
-    if not await _wait_for(protocol.pipes_closed, PIPE_GRACE):
-        kill_group(pid, signal.SIGKILL)  # what the command left running in the background still holds the pipes
-        await _wait_for(protocol.pipes_closed, KILL_WAIT)
+        kill_group(child.pid, signal.SIGTERM)
+        if not await _wait_for(child.exited, TERM_GRACE):
+            kill_group(child.pid, signal.SIGKILL)
+            await _wait_for(child.exited, KILL_WAIT)
+    if not await _wait_for(child.pipes_closed, PIPE_GRACE):
+        kill_group(child.pid, signal.SIGKILL)  # what the command left running in the background still holds the pipes
+        await _wait_for(child.pipes_closed, KILL_WAIT)
     return timed_out
 
 
-def _abandon(transport: asyncio.SubprocessTransport, protocol: _Capture) -> None:
+def _abandon(child: Spawned) -> None:
     """The call was cancelled: end the group now, SIGKILL what is left later, and let go of the pipes.
 
-    Nothing here may await: the task running it is being cancelled.
+    Nothing here may await: the task running it is being cancelled. The process is still reaped when it ends.
     """
-    pid = transport.get_pid()
-    kill_group(pid, signal.SIGTERM)
-    for fd in (1, 2):
-        pipe = transport.get_pipe_transport(fd)
-        if pipe is not None:
-            pipe.close()
-    protocol.exited.add_done_callback(lambda _: transport.close())
-    asyncio.get_running_loop().call_later(TERM_GRACE, kill_group, pid, signal.SIGKILL)
+    kill_group(child.pid, signal.SIGTERM)
+    child.close_pipes()
+    asyncio.get_running_loop().call_later(TERM_GRACE, kill_group, child.pid, signal.SIGKILL)
 
 
-def _exit_code(transport: asyncio.SubprocessTransport, timed_out: bool) -> int:
+def _exit_code(child: Spawned, timed_out: bool) -> int:
     if timed_out:
         return TIMEOUT_EXIT_CODE
-    code = transport.get_returncode()
+    code = child.returncode
     if code is None:
         return -1  # still running after SIGKILL (e.g. stuck in the kernel); we stopped waiting for it
     return 128 - code if code < 0 else code  # killed by signal N: 128+N, as a shell reports it
+
+
+def _sink(streams: dict[int, StreamCapture], relay: ProgressRelay | None) -> Callable[[int, bytes], None]:
+    def take(number: int, data: bytes) -> None:
+        streams[number].feed(data)
+        if relay is not None:
+            relay.feed(number, data)
+
+    return take
 
 
 async def run_process(
@@ -167,27 +122,31 @@ async def run_process(
     relay = ProgressRelay(listener) if listener is not None else None
     started = loop.time()
     try:
-        protocol = _Capture(streams, relay)
-        transport = await _spawn(argv, cwd, env, protocol)
-        if on_spawn is not None:
-            on_spawn(transport.get_pid(), read_start_ticks(transport.get_pid()) or 0)
         try:
-            timed_out = await _supervise(protocol, transport.get_pid(), timeout)
+            child = spawn(argv, cwd, env, _sink(streams, relay))
+        except FileNotFoundError as error:
+            raise ToolFailure(f"Error: {argv[0]} is not installed") from error
+        except PermissionError as error:
+            raise ToolFailure(f"Error: {argv[0]}: Permission denied") from error
+        if on_spawn is not None:
+            on_spawn(child.pid, read_start_ticks(child.pid) or 0)
+        try:
+            timed_out = await _supervise(child, timeout)
         except asyncio.CancelledError:
-            _abandon(transport, protocol)
+            _abandon(child)
             raise
-        transport.close()
+        child.close_pipes()  # still open only if something the command left behind holds them past KILL_WAIT
     finally:
         if relay is not None:
             relay.stop()
         for stream in streams.values():
             stream.close()
-    return _result(streams, transport, timed_out, timeout, int((loop.time() - started) * 1000))
+    return _result(streams, child, timed_out, timeout, int((loop.time() - started) * 1000))
 
 
 def _result(
     streams: dict[int, StreamCapture],
-    transport: asyncio.SubprocessTransport,
+    child: Spawned,
     timed_out: bool,
     timeout: float,
     duration_ms: int,
@@ -199,7 +158,7 @@ def _result(
     return ExecResult(
         stdout=streams[1].text(),
         stderr=stderr,
-        exit_code=_exit_code(transport, timed_out),
+        exit_code=_exit_code(child, timed_out),
         timed_out=timed_out,
         truncated=any(stream.cut for stream in streams.values()),
         duration_ms=duration_ms,
