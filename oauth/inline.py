@@ -17,7 +17,6 @@ import hmac
 import os
 import sqlite3
 import threading
-from collections.abc import Callable
 
 from django.contrib.auth import get_user_model
 from django.db import connections
@@ -52,9 +51,8 @@ def steady_token_sql(database: BaseDatabaseWrapper) -> str:
 class SteadyTokens:
     """Looks up bearer tokens in steady use on the calling thread; see the module's docstring."""
 
-    def __init__(self, alias: str = "default", clock: Callable[[], object] = timezone.now) -> None:
+    def __init__(self, alias: str = "default") -> None:
         self._alias = alias
-        self._clock = clock
         self._lock = threading.Lock()  # one connection: callers on other threads (event loops) use the other path
         self._connection: sqlite3.Connection | None = None
         self._database: BaseDatabaseWrapper | None = None
@@ -80,7 +78,7 @@ class SteadyTokens:
     def _find(self, digest: str) -> SteadyToken | None:
         connection = self._connect()
         assert self._database is not None
-        now = self._clock()
+        now = timezone.now()
         adapt = self._database.ops.adapt_datetimefield_value
         # fetchall, not fetchone: the statement must finish, ending its read transaction (a snapshot held until
         # the next request would show that request an outdated token).
