@@ -49,15 +49,3 @@ def log_request(scope: Scope, status: int, sent: int, elapsed_ms: float) -> None
     }
     msg = f'{fields["client"] or "-"} "{fields["method"]} {fields["path"]}" {status or "-"} {sent} {elapsed_ms:.1f}ms'
     logger.info(msg, extra=fields)
-
-
-def silence_twisted_access_log() -> None:
-    """Twisted writes a combined-log line for every request (query string and all) to its own log, which Daphne
-    sends nowhere: formatting it is wasted work on every request, and log_request above covers requests."""
-    from daphne.http_protocol import HTTPFactory
-
-    HTTPFactory.log = _no_line  # type: ignore[method-assign]
-
-
-def _no_line(factory: object, request: object) -> None:
-    return None

@@ -25,9 +25,10 @@ django_application = get_asgi_application()  # sets Django up before anything im
 
 from mcpserver.app import build_mcp_application  # noqa: E402
 from mcpserver.runner import LifespanApp, install_reactor_hooks  # noqa: E402
-from sandstorm_site.accesslog import AccessLogMiddleware, silence_twisted_access_log  # noqa: E402
+from sandstorm_site import daphne_tweaks  # noqa: E402
+from sandstorm_site.accesslog import AccessLogMiddleware  # noqa: E402
 
-silence_twisted_access_log()
+daphne_tweaks.apply()
 mcp_application, session_runner = build_mcp_application()
 install_reactor_hooks(session_runner)
 
