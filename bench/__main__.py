@@ -53,15 +53,11 @@ def log(message: str) -> None:
 
 
 async def call_sections(server: LiveServer, sizes: sections.Sizes) -> dict[str, Any]:
-    spawn = await sections.spawn_floor(sizes)
-    log(f"bench: floor bash spawn {spawn['median_ms']} ms")
-    health = await sections.health_floor(server, sizes)
-    log(f"bench: floor /health {health['median_ms']} ms")
-    exec_true = await sections.sequential(server, sizes, "terminal_exec", sections.TRUE, "exit_code: 0")
-    log(f"bench: terminal_exec true {exec_true['median_ms']} ms")
-    sections.workspace_file(server, "bench-1kb.txt", 1024)
-    read_small = await sections.sequential(server, sizes, "file_read", {"path": "bench-1kb.txt"}, "xxxx")
-    log(f"bench: file_read 1 KB {read_small['median_ms']} ms")
+    measured = await sections.floors_and_calls(server, sizes)
+    spawn, health = measured["spawn_bash"], measured["health"]
+    exec_true, read_small = measured["terminal_exec_true"], measured["file_read_1kb"]
+    log(f"bench: floors: bash spawn {spawn['median_ms']} ms, /health {health['median_ms']} ms")
+    log(f"bench: terminal_exec true {exec_true['median_ms']} ms, file_read 1 KB {read_small['median_ms']} ms")
     large = await sections.throughput(server, sizes)
     large["file_read_10mb"]["label"] = "`file_read` of a 10 MB file"
     large["terminal_exec_10mb"]["label"] = "`terminal_exec` printing 10 MB"

@@ -17,16 +17,18 @@ to every other request's stream.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from contextvars import ContextVar
 
-import anyio
 from mcp.server import streamable_http_manager
 from mcp.server.streamable_http import StreamableHTTPServerTransport, check_accept_headers
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
+logger = logging.getLogger(__name__)
 _ANSWER_WITH_JSON: ContextVar[bool] = ContextVar("sandstorm_answer_with_json", default=False)
 
 
@@ -65,20 +67,22 @@ class SandstormTransport(StreamableHTTPServerTransport):
             await super()._handle_post_request(scope, request, receive, send)
             return
         chosen = _ANSWER_WITH_JSON.set(True)
+        # Nothing else reads the connection while a JSON answer is awaited: a task listens for the client hanging
+        # up, which cancels the request's tool call (mcpserver.asgi.DisconnectWatch), until it is answered.
+        listening = asyncio.ensure_future(_read_until_disconnect(receive))
         try:
-            async with anyio.create_task_group() as tasks:
-                # Nothing else reads the connection while a JSON answer is awaited: listen for the client hanging
-                # up, which cancels the request's tool call (mcpserver.asgi.DisconnectWatch), until it is answered.
-                tasks.start_soon(_read_until_disconnect, receive)
-                await super()._handle_post_request(scope, request, receive, send)
-                tasks.cancel_scope.cancel()
+            await super()._handle_post_request(scope, request, receive, send)
         finally:
+            listening.cancel()
             _ANSWER_WITH_JSON.reset(chosen)
 
 
 async def _read_until_disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
+    try:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+    except OSError as error:  # the connection is gone either way; nothing is waiting for this task's result
+        logger.debug("stopped listening for a hang-up: %s", error)
 
 
 def install() -> None:
