@@ -21,11 +21,11 @@ import os
 import sqlite3
 import threading
 
-from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from audit.append import Statements, append_in, make_storable, saved, statements_for
 from audit.models import AuditRecord
+from sandstorm_site.sqlite import connection_beside
 
 logger = logging.getLogger(__name__)
 CHECKPOINT_EVERY = 64  # commits; about 14 pages each, so the WAL stays near SQLite's own 1000-page threshold
@@ -87,11 +87,8 @@ class InlineAppender:
 
     def _connect(self) -> sqlite3.Connection:
         if self._connection is None:
-            self._database = connections.create_connection(self._alias)
+            self._database, self._connection = connection_beside(self._alias)
             self._statements = statements_for(self._database).with_placeholder("?")
-            self._connection = sqlite3.connect(
-                self._database.settings_dict["NAME"], timeout=0, isolation_level=None, check_same_thread=False
-            )
             self._connection.execute("PRAGMA synchronous=NORMAL")
             self._connection.execute("PRAGMA wal_autocheckpoint=0")
         return self._connection

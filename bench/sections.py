@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
 import subprocess
@@ -76,29 +77,22 @@ async def floors_and_calls(server: LiveServer, sizes: Sizes) -> dict[str, dict[s
     """
     workspace_file(server, "bench-1kb.txt", 1024)
     http = connection(server)
-    sessions = {name: McpSession(connection(server), server.token) for name in ("terminal_exec_true", "file_read_1kb")}
     calls = {"terminal_exec_true": ("terminal_exec", TRUE, "exit_code: 0"), "file_read_1kb": ("file_read", {"path": "bench-1kb.txt"}, "xxxx")}
+    sessions = {name: McpSession(connection(server), server.token) for name in calls}
 
     async def get_health() -> None:
         response = await http.request("GET", "/health", {})
         if response.status != 200:
             raise HttpError(f"http_{response.status}", "/health")
 
-    def caller(name: str) -> Any:
-        tool, arguments, _ = calls[name]
-
-        async def call() -> None:
-            await sessions[name].call(tool, arguments)
-
-        return call
-
     try:
+        measured: dict[str, Any] = {"spawn_bash": spawn_bash, "health": get_health}
         for name, (tool, arguments, expect) in calls.items():
             await sessions[name].start()
             first = result_text(await sessions[name].call(tool, arguments))
             if expect not in first:
                 raise AssertionError(f"{tool} answered {first[:200]!r}")
-        measured = {"spawn_bash": spawn_bash, "health": get_health, **{name: caller(name) for name in calls}}
+            measured[name] = functools.partial(sessions[name].call, tool, arguments)
         durations: dict[str, list[float]] = {name: [] for name in measured}
         for name, run in measured.items():
             await timed(run, sizes.warmup)

@@ -19,11 +19,11 @@ import sqlite3
 import threading
 
 from django.contrib.auth import get_user_model
-from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
 from oauth.models import LAST_USED_PRECISION, BearerToken, hash_token
+from sandstorm_site.sqlite import connection_beside
 
 # (token id, name, scope, user id, username) of a token in steady use, or None.
 SteadyToken = tuple[int, str, str, int, str]
@@ -90,10 +90,8 @@ class SteadyTokens:
 
     def _connect(self) -> sqlite3.Connection:
         if self._connection is None:
-            self._database = connections.create_connection(self._alias)  # for its SQL dialect only; never opened
+            self._database, self._connection = connection_beside(self._alias)
             self._sql = steady_token_sql(self._database)
-            path = self._database.settings_dict["NAME"]
-            self._connection = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
             self._connection.execute("PRAGMA query_only = 1")
         return self._connection
 

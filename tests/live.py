@@ -226,3 +226,15 @@ def live_pids_with(marker: str) -> list[int]:
         if proc.info["status"] != psutil.STATUS_ZOMBIE and any(marker in part for part in proc.info["cmdline"] or ()):
             found.append(proc.pid)
     return found
+
+
+def live_group_members(pgid: int) -> list[int]:
+    """Processes of group `pgid` that still run (a zombie waiting for its new parent to reap it has ended)."""
+    members = []
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(proc.pid) == pgid:
+                members.append(proc.pid)
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return members

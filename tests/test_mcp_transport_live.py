@@ -13,11 +13,10 @@ from typing import Any
 
 import anyio
 import httpx2
-import psutil
 import pytest
 
 from mcpserver.transport import only_an_answer_can_follow
-from tests.live import INITIALIZE, MCP_HEADERS, LiveServer, apoll, auth_headers, live_pids_with
+from tests.live import INITIALIZE, MCP_HEADERS, LiveServer, apoll, auth_headers, live_group_members, live_pids_with
 
 pytestmark = [pytest.mark.live, pytest.mark.anyio]
 
@@ -120,7 +119,7 @@ async def test_hanging_up_on_a_json_answered_call_ends_its_command_and_records_i
     marker = uuid.uuid4().hex
     body = json.dumps(tool_call(40, "terminal_exec", {"command": f"sleep 300; echo {marker}", "timeout": 120})).encode()
     assert only_an_answer_can_follow(body)
-    lines = [f"POST /mcp HTTP/1.1", f"Host: 127.0.0.1:{live_server.port}", f"Content-Length: {len(body)}"]
+    lines = ["POST /mcp HTTP/1.1", f"Host: 127.0.0.1:{live_server.port}", f"Content-Length: {len(body)}"]
     lines += [f"{name}: {value}" for name, value in session.items()]
     with socket.create_connection(("127.0.0.1", live_server.port), timeout=10) as raw:
         raw.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
@@ -140,18 +139,6 @@ async def test_hanging_up_on_a_json_answered_call_ends_its_command_and_records_i
 
     assert await apoll(outcome, 15, "the finished record") == "cancelled"
     assert await apoll(lambda: not live_group_members(pgid), 15, "the rest of its process group to end")
-
-
-def live_group_members(pgid: int) -> list[int]:
-    """Processes of group `pgid` that still run (a zombie waiting for its new parent to reap it has ended)."""
-    members = []
-    for process in psutil.process_iter(["status"]):
-        try:
-            if process.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(process.pid) == pgid:
-                members.append(process.pid)
-        except (ProcessLookupError, psutil.Error):
-            continue
-    return members
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ import psutil
 import pytest
 from mcp import Client
 
-from tests.live import LiveServer, apoll, live_pids_with, mcp_client, text_of
+from tests.live import LiveServer, apoll, live_group_members, live_pids_with, mcp_client, text_of
 
 pytestmark = [pytest.mark.live, pytest.mark.anyio]
 
@@ -28,18 +28,6 @@ RESULT_CAP = 262144
 PROCESS_DEADLINE = 15.0  # SIGTERM, then SIGKILL after 2 s: well within this
 
 
-
-
-def live_group_members(pgid: int) -> list[int]:
-    """Processes (not zombies) in process group `pgid`."""
-    members = []
-    for proc in psutil.process_iter(["status"]):
-        try:
-            if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(proc.pid) == pgid:
-                members.append(proc.pid)
-        except (ProcessLookupError, psutil.Error):
-            continue
-    return members
 
 
 def end_group(pgid: int) -> None:
