@@ -17,6 +17,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.text import smart_split, unescape_string_literal
 
 from audit.models import KIND_FINISHED, KIND_STARTED, OUTCOMES, AuditRecord
+from audit.visible import escape_json_text, make_visible
 
 EXPORT_CHUNK_SIZE = 2000
 OUTCOME_RUNNING = "running"  # a started record with no finished record (yet)
@@ -225,7 +226,7 @@ def _csv_cell(value: Any) -> str:
         value = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
     elif not isinstance(value, str):
         return str(value)  # numbers: a negative exit code is a number, not a formula
-    return neutralise(value)
+    return make_visible(neutralise(value))
 
 
 def _csv_value(row: Mapping[str, Any], name: str) -> Any:
@@ -237,7 +238,8 @@ def _csv_value(row: Mapping[str, Any], name: str) -> Any:
 
 
 def csv_line(row: Mapping[str, Any]) -> str:
-    """One CSV record (CRLF-terminated) of the CSV_FIELDS of `row`, formula cells neutralised."""
+    """One CSV record (CRLF-terminated) of the CSV_FIELDS of `row`, formula cells neutralised, control and
+    bidirectional characters spelled out (audit/visible.py)."""
     buffer = io.StringIO()
     csv.writer(buffer).writerow([_csv_cell(_csv_value(row, name)) for name in CSV_FIELDS])
     return buffer.getvalue()
@@ -247,5 +249,6 @@ CSV_HEADER = csv_line({name: name for name in CSV_FIELDS})
 
 
 def jsonl_line(row: Mapping[str, Any]) -> str:
-    """One JSON Lines record (newline-terminated; newlines inside values are escaped by JSON)."""
-    return json.dumps(row, ensure_ascii=False, sort_keys=False, default=str) + "\n"
+    """One JSON Lines record (newline-terminated). JSON escapes newlines and the other C0 controls inside values;
+    DEL, the C1 controls and the bidirectional characters are escaped too, so no raw one reaches a terminal."""
+    return escape_json_text(json.dumps(row, ensure_ascii=False, sort_keys=False, default=str)) + "\n"
