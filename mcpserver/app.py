@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from mcp.server.transport_security import TransportSecuritySettings
@@ -17,6 +16,7 @@ from mcpserver.asgi import BearerAuthMiddleware, McpEndpoint
 from mcpserver.inflight import IN_FLIGHT
 from mcpserver.instance import sandstorm_version
 from mcpserver.lifecycle import ServerLifecycle
+from mcpserver.origins import HostOriginCheck
 from mcpserver.revocations import RevocationWatcher
 from mcpserver.runner import SessionManagerRunner
 from mcpserver.executor.interface import ToolFailure
@@ -30,17 +30,9 @@ logger = logging.getLogger(__name__)
 
 
 def transport_security() -> TransportSecuritySettings:
-    """Host and Origin checks (DNS-rebinding protection): the public URL plus loopback on any port."""
-    public = urlsplit(settings.PUBLIC_URL)
-    public_host = public.netloc
-    loopback = ["127.0.0.1", "localhost", "[::1]"]
-    return TransportSecuritySettings(
-        enable_dns_rebinding_protection=True,
-        allowed_hosts=[public_host, public.hostname or public_host] + [f"{host}:*" for host in loopback] + loopback,
-        allowed_origins=[settings.PUBLIC_URL]
-        + [f"{scheme}://{host}:*" for scheme in ("http", "https") for host in loopback]
-        + [f"{scheme}://{host}" for scheme in ("http", "https") for host in loopback],
-    )
+    """The SDK's Host and Origin checks off: they compare by prefix. mcpserver.origins.HostOriginCheck, in front
+    of everything at /mcp, compares parsed authorities exactly. (The SDK still checks a POST's Content-Type.)"""
+    return TransportSecuritySettings(enable_dns_rebinding_protection=False)
 
 
 def resource_metadata_url() -> str:
@@ -101,4 +93,4 @@ def build_mcp_application() -> tuple[ASGIApp, SessionManagerRunner]:
         resource_metadata_url=resource_metadata_url(),
         failures=failures,
     )
-    return app, runner
+    return HostOriginCheck(app, public_url=settings.PUBLIC_URL), runner

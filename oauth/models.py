@@ -158,7 +158,8 @@ class CredentialRotation(Revocation):
 
 
 class LoginFailure(models.Model):
-    """A failed admin login, counted to throttle guessing per address and per username."""
+    """A failed admin login, counted to throttle guessing (oauth/throttle.py): by username as authentication
+    normalises it (case-folded) and by address (an IPv6 address by its /64)."""
 
     client_address = models.CharField(max_length=64, blank=True)
     username = models.CharField(max_length=150, blank=True)
@@ -172,3 +173,15 @@ class LoginFailure(models.Model):
 
     def __str__(self) -> str:
         return f"failed login {self.username!r} from {self.client_address}"
+
+
+class KnownLoginAddress(models.Model):
+    """An address a user signed in from with the right password: there, failures from elsewhere never slow that
+    user's sign-in (oauth/throttle.py). Stored as a keyed hash of username and address, never the address."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    digest = models.CharField(max_length=64, unique=True)
+    last_login_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"known sign-in address of user {self.user_id}"

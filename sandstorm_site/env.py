@@ -13,6 +13,8 @@ from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
+from oauth.authority import parse_authority
+
 
 def env_str(name: str, default: str) -> str:
     value = os.environ.get(name, "").strip()
@@ -72,6 +74,11 @@ def env_url(name: str, default: str) -> str:
         parts.port
     except ValueError:
         raise ImproperlyConfigured(f"{name} has an invalid port: {value!r}") from None
+    if parse_authority(parts.netloc) is None:
+        # The parser /mcp's Host and Origin checks and the redirect URI policy use, so they can compare with it.
+        raise ImproperlyConfigured(
+            f"{name} must name its host plainly (an ASCII DNS name, an IPv4 address or a bracketed IPv6 address): {value!r}"
+        )
     return value
 
 

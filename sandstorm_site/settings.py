@@ -253,7 +253,7 @@ OAUTH2_PROVIDER = {
     "CIMD_ENABLED": True,
     "CIMD_METADATA_FETCHER": "oauth2_provider.cimd.SafeMetadataFetcher",
     "CIMD_FETCH_TIMEOUT_SECONDS": 5,
-    "CIMD_MAX_DOCUMENT_SIZE": 16 * 1024,
+    "CIMD_MAX_DOCUMENT_SIZE": 16 * 1024,  # also the cap of a registration's body (oauth/views/registration.py)
     # RFC 9728: the protected resource is exactly <public url>/mcp, served by this issuer.
     "OAUTH2_PROTECTED_RESOURCE_IDENTIFIER": MCP_RESOURCE_URL,
     "OAUTH2_PROTECTED_RESOURCE_AUTHORIZATION_SERVERS": [PUBLIC_URL],

@@ -55,6 +55,23 @@ def test_a_foreign_origin_gets_403(live_server: LiveServer) -> None:
     assert post_initialize(live_server, headers).status_code == 403
 
 
+@pytest.mark.parametrize(
+    "origin",
+    ["http://localhost:1@evil.example", "http://127.0.0.1:1@evil.example", "http://localhost.evil.example",
+     "http://127.0.0.1.evil.example", "http://[::1].evil.example", "null", "http://localhost:1/path"],
+)
+def test_an_origin_that_only_starts_like_an_allowed_one_gets_403(live_server: LiveServer, origin: str) -> None:
+    headers = {**auth_headers(live_server.token), "Origin": origin}
+    response = post_initialize(live_server, headers)
+    assert response.status_code == 403 and response.json()["error"] == "invalid_origin"
+
+
+@pytest.mark.parametrize("host", ["localhost:1@evil.example", "127.0.0.1:1@evil.example", "localhost.evil.example:80"])
+def test_a_host_that_only_starts_like_an_allowed_one_gets_421(live_server: LiveServer, host: str) -> None:
+    headers = {**auth_headers(live_server.token), "Host": host}
+    assert post_initialize(live_server, headers).status_code == 421
+
+
 def test_a_loopback_origin_is_allowed(live_server: LiveServer) -> None:
     headers = {**auth_headers(live_server.token), "Origin": f"http://localhost:{live_server.port}"}
     assert post_initialize(live_server, headers).status_code == 200

@@ -30,6 +30,8 @@ def run_manage(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedPr
         ("SANDSTORM_DEBUG", "maybe", "SANDSTORM_DEBUG must be"),
         ("SANDSTORM_PUBLIC_URL", "ftp://x", "SANDSTORM_PUBLIC_URL must be an http"),
         ("SANDSTORM_PUBLIC_URL", "https://x.example/path", "SANDSTORM_PUBLIC_URL must be an origin"),
+        ("SANDSTORM_PUBLIC_URL", "https://mcp.example.com.", "SANDSTORM_PUBLIC_URL must name its host plainly"),
+        ("SANDSTORM_PUBLIC_URL", "https://0x7f.0.0.1", "SANDSTORM_PUBLIC_URL must name its host plainly"),
         ("SANDSTORM_RATE_LIMIT", "-1", "SANDSTORM_RATE_LIMIT must be at least 0"),
         ("DATABASE_URL", "mysql://x/y", "DATABASE_URL must be a postgres"),
     ],

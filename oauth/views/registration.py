@@ -4,6 +4,9 @@ Registration is open (Claude.ai registers anonymously) but limited: so many regi
 hour; only the grant types `authorization_code` and `refresh_token` and the response type `code` (the toolkit
 accepts any grant type, so an anonymous `client_credentials` client would get tokens with no user); token endpoint
 auth `none`, `client_secret_post` or `client_secret_basic`; redirect URIs over https, or http to loopback.
+The metadata is bounded: a body of at most CIMD_MAX_DOCUMENT_SIZE bytes (the cap a client ID metadata document
+has, 16 KiB: 413 above it), so many redirect URIs of so many characters, a client name the Application can hold.
+Fields we do not use are dropped: the toolkit stores only the ones it knows, and nothing else is audited or echoed.
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from oauth2_provider.models import Application
+from oauth2_provider.settings import oauth2_settings
 from oauth2_provider.views import DynamicClientRegistrationManagementView, DynamicClientRegistrationView
 
 from audit.recorder import Actor, event
@@ -27,6 +32,9 @@ GRANT_TYPES = frozenset({"authorization_code", "refresh_token"})
 RESPONSE_TYPES = frozenset({"code"})
 AUTH_METHODS = ("none", "client_secret_post", "client_secret_basic")
 RATE_WINDOW = timedelta(hours=1)
+MAX_REDIRECT_URIS = 10
+MAX_REDIRECT_URI_LENGTH = 1024
+MAX_CLIENT_NAME_LENGTH = 255  # the toolkit's Application.name
 
 
 def error(code: str, description: str, status: int = 400) -> JsonResponse:
@@ -63,22 +71,44 @@ def metadata_refusal(data: dict[str, Any]) -> JsonResponse | None:
         return error("invalid_client_metadata", "response_types must be code")
     if data.get("token_endpoint_auth_method", "client_secret_basic") not in AUTH_METHODS:
         return error("invalid_client_metadata", f"token_endpoint_auth_method must be one of {', '.join(AUTH_METHODS)}")
+    name = data.get("client_name", "")
+    if not isinstance(name, str) or len(name) > MAX_CLIENT_NAME_LENGTH:
+        return error("invalid_client_metadata", f"client_name must be a string of at most {MAX_CLIENT_NAME_LENGTH} characters")
     redirect_uris = _string_list(data, "redirect_uris", [])
     if not redirect_uris:
         return error("invalid_redirect_uri", "redirect_uris must be a non-empty array of strings")
+    if len(redirect_uris) > MAX_REDIRECT_URIS:
+        return error("invalid_redirect_uri", f"a client may register at most {MAX_REDIRECT_URIS} redirect URIs")
     for uri in redirect_uris:
+        if len(uri) > MAX_REDIRECT_URI_LENGTH:
+            return error("invalid_redirect_uri", f"a redirect URI must be at most {MAX_REDIRECT_URI_LENGTH} characters: {uri[:200]}")
         refusal = redirect_uri_refusal(uri)
         if refusal is not None:
             return error("invalid_redirect_uri", f"{refusal}: {uri[:200]}")
     return None
 
 
-def parse_json_object(request: HttpRequest) -> dict[str, Any] | None:
+def read_metadata(request: HttpRequest) -> dict[str, Any] | JsonResponse:
+    """The request's JSON object, or the error response: 413 above the metadata size cap, 400 for anything else."""
+    limit = oauth2_settings.CIMD_MAX_DOCUMENT_SIZE
+    too_big = error("invalid_client_metadata", f"client metadata must be at most {limit} bytes", 413)
     try:
-        data = json.loads(request.body)
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
     except ValueError:
-        return None
-    return data if isinstance(data, dict) else None
+        declared = 0
+    if declared > limit:
+        return too_big
+    try:
+        body = request.body
+    except RequestDataTooBig:
+        return too_big
+    if len(body) > limit:
+        return too_big
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    return data if isinstance(data, dict) else error("invalid_client_metadata", "Request body must be a JSON object")
 
 
 def client_address(request: HttpRequest) -> str:
@@ -108,9 +138,9 @@ class RegistrationView(DynamicClientRegistrationView):
             response = error("rate_limited", "Too many client registrations from this address; try again later.", 429)
             response["Retry-After"] = str(wait)
             return response
-        data = parse_json_object(request)
-        if data is None:
-            return error("invalid_client_metadata", "Request body must be a JSON object")
+        data = read_metadata(request)
+        if isinstance(data, JsonResponse):
+            return data
         refusal = metadata_refusal(data)
         if refusal is not None:
             return refusal
@@ -145,9 +175,9 @@ class RegistrationView(DynamicClientRegistrationView):
 
 class RegistrationManagementView(DynamicClientRegistrationManagementView):
     def put(self, request: HttpRequest, client_id: str, *args: Any, **kwargs: Any) -> HttpResponse:
-        data = parse_json_object(request)
-        if data is None:
-            return error("invalid_client_metadata", "Request body must be a JSON object")
+        data = read_metadata(request)
+        if isinstance(data, JsonResponse):
+            return data
         # Authenticate first (so an anonymous caller learns nothing), then apply the registration policy.
         auth = self._authenticate_registration_request(request, client_id)
         if isinstance(auth, HttpResponse):
