@@ -1,8 +1,8 @@
 """The executor hop: what running a tool's OS work in the executor process costs over doing it in-process.
 
 Both paths run in the benchmark process, interleaved call by call so that the machine's noise falls on both: the
-in-process executor (LocalExecutor) and the server's client to an executor child (RemoteExecutor over its Unix
-socket, connections kept between calls, as the server uses it).
+in-process executor (LocalExecutor) and the server's client to an executor child (RemoteExecutor over Unix
+socket pairs handed to the child, connections kept between calls, as the server uses it).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from typing import Any
 from bench.stats import summary
 from mcpserver.executor.child import ExecutorChild
 from mcpserver.executor.local import LocalExecutor
-from mcpserver.executor.remote import RemoteExecutor
 
 Operation = Callable[[Any], Awaitable[object]]
 OPERATIONS: dict[str, Operation] = {
@@ -39,7 +38,7 @@ async def executor_hop(calls: int, warmup: int) -> dict[str, Any]:
         local = LocalExecutor(workspace)
         child = ExecutorChild(workspace)
         await asyncio.to_thread(child.start)
-        remote = RemoteExecutor(child.socket_path, workspace, ensure_running=child.ensure_running, on_lost=child.lost)
+        remote = child.remote()
         results: dict[str, Any] = {}
         try:
             for name, operation in OPERATIONS.items():

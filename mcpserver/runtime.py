@@ -32,7 +32,7 @@ def build_executor() -> tuple[RemoteExecutor, ExecutorChild | None]:
     if settings.EXECUTOR_SOCKET:
         return RemoteExecutor(settings.EXECUTOR_SOCKET, root), None
     child = ExecutorChild(root, settings.TOOL_ENV_ALLOW)
-    return RemoteExecutor(child.socket_path, root, ensure_running=child.ensure_running, on_lost=child.lost), child
+    return child.remote(), child
 
 
 @cache
@@ -56,7 +56,7 @@ def executor_identity() -> dict[str, Any] | None:
     try:
         if runtime.executor_child is not None:
             runtime.executor_child.start()
-        return ping(runtime.executor.socket_path)
+        return ping(runtime.executor)
     except (OSError, FrameError, RuntimeError) as error:
         logger.error("the tool executor does not answer on %s: %s", runtime.executor.socket_path, error)
         return None

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from mcpserver.executor import beneath
 from mcpserver.executor.environment import clean_environment
 from mcpserver.executor.files import FileOps
 from mcpserver.executor.interface import ToolFailure
@@ -30,6 +31,16 @@ class Files(FileOps):
         self.workspace = Workspace(root)
         self.root = str(self.workspace.root)
         self.env = clean_environment()
+
+
+@pytest.fixture(autouse=True, params=["openat2", "walk"])
+def resolution(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs twice: paths opened with openat2, and with the O_NOFOLLOW walk used where it is missing."""
+    if request.param == "openat2" and not beneath.openat2_available():
+        pytest.skip("this kernel (or its seccomp filter) has no openat2")
+    if request.param == "walk":
+        monkeypatch.setattr(beneath, "USE_OPENAT2", False)
+    return str(request.param)
 
 
 @pytest.fixture
@@ -538,6 +549,43 @@ async def test_dotdot_escapes_are_refused_everywhere(files: Files, ws: Path, out
     await assert_outside(files.move("../outside/secret.txt", "stolen"))
     assert (outside / "secret.txt").read_text() == "secret\n"
     assert sorted(os.listdir(outside)) == ["secret.txt"]
+
+
+def test_a_directory_swapped_for_a_link_out_after_the_check_is_refused(ws: Path, outside: Path) -> None:
+    (ws / "d").mkdir()
+    (ws / "d/f.txt").write_text("inside")
+    workspace = Workspace(ws)
+    checked = workspace.resolve("d/f.txt")
+    (ws / "d").rename(ws / "was-d")
+    (ws / "d").symlink_to(outside)  # as a racer would, between the check and the use
+    (outside / "f.txt").write_text("outside")
+    for open_it in (
+        lambda: workspace.open(checked, os.O_RDONLY),
+        lambda: workspace.open_dir(checked.parent),
+        lambda: workspace.make_dirs(checked.parent / "new"),
+    ):
+        with pytest.raises(ToolFailure, match="is outside the allowed directory"):
+            open_it()
+    assert sorted(os.listdir(outside)) == ["f.txt", "secret.txt"]
+
+
+def test_a_link_swapped_in_that_stays_inside_is_followed_with_openat2_and_refused_by_the_walk(
+    ws: Path, resolution: str
+) -> None:
+    (ws / "d").mkdir()
+    (ws / "other").mkdir()
+    (ws / "other/f.txt").write_text("other")
+    workspace = Workspace(ws)
+    checked = workspace.resolve("d/f.txt")
+    (ws / "d").rmdir()
+    (ws / "d").symlink_to("other")
+    if resolution == "openat2":  # resolved beneath the root, like a link that was there all along
+        fd = workspace.open(checked, os.O_RDONLY)
+        assert os.read(fd, 100) == b"other"
+        os.close(fd)
+    else:  # the walk follows no link at all: the path changed since it was checked, so it is refused
+        with pytest.raises(ToolFailure, match="is outside the allowed directory"):
+            workspace.open(checked, os.O_RDONLY)
 
 
 async def test_a_workspace_root_that_is_itself_a_symlink_works(tmp_path: Path, ws: Path) -> None:

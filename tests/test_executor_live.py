@@ -3,7 +3,9 @@ background processes that outlive the server, and what /health says."""
 
 from __future__ import annotations
 
+import json
 import signal
+import sys
 import uuid
 from pathlib import Path
 
@@ -24,6 +26,87 @@ def executor_pid(server: LiveServer) -> int:
     found = [child.pid for child in children if "mcpserver.executor" in " ".join(child.cmdline())]
     assert len(found) == 1, found
     return found[0]
+
+
+# An agent's command that looks for a way into the executor: every Unix socket that its ancestors up to the
+# executor and the server hold and that has an address, and every socket it inherited itself.
+# Each one it can connect to gets a ping; it prints what answered like an executor.
+PROBE = r"""
+import json, os, socket, struct
+
+def ping(connection):
+    body = json.dumps({"op": "ping", "args": {}}).encode()
+    connection.settimeout(3)
+    connection.sendall(struct.pack(">I", len(body)) + body)
+    answer = connection.recv(65536)
+    return b'"ok"' in answer and b'"pid"' in answer
+
+addresses = {}
+for line in open("/proc/net/unix").read().splitlines()[1:]:
+    fields = line.split()
+    if len(fields) >= 8:
+        addresses[fields[6]] = fields[7]
+def parent(pid):
+    return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+
+# Up to the executor and the server that started it, no further: nothing above them is ours to poke.
+ancestors, pid = [], os.getppid()
+while pid > 1:
+    ancestors.append(pid)
+    if b"mcpserver.executor" in open(f"/proc/{pid}/cmdline", "rb").read():
+        ancestors.append(parent(pid))  # the server
+        break
+    pid = parent(pid)
+else:
+    ancestors = []  # not under an executor: look at nothing
+targets = set()
+for ancestor in ancestors:
+    for fd in os.listdir(f"/proc/{ancestor}/fd"):
+        try:
+            link = os.readlink(f"/proc/{ancestor}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            address = addresses.get(link[8:-1])
+            if address:
+                targets.add("\0" + address[1:] if address.startswith("@") else address)
+reached, tried = [], len(targets)
+for address in sorted(targets):
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+            connection.connect(address)
+            if ping(connection):
+                reached.append(address)
+    except OSError:
+        pass
+for fd in os.listdir("/proc/self/fd"):
+    try:
+        inherited = socket.socket(fileno=os.dup(int(fd)))
+    except OSError:
+        continue
+    tried += 1
+    try:
+        if ping(inherited):
+            reached.append(f"fd {fd}")
+    except OSError:
+        pass
+    finally:
+        inherited.close()
+print(json.dumps({"ancestors": ancestors, "tried": tried, "reached": reached}))
+"""
+
+
+async def test_an_agents_command_finds_no_way_to_talk_to_the_development_executor(
+    live_server: LiveServer, tool_token: str
+) -> None:
+    (live_server.workspace / "probe.py").write_text(PROBE)
+    async with mcp_client(live_server.mcp_url, tool_token) as client:
+        result = await client.call_tool("terminal_exec", {"command": f"{sys.executable} probe.py"})
+    text = text_of(result)
+    assert not result.is_error, text
+    found = json.loads(text.split("stdout:\n", 1)[1].split("\n", 1)[0])
+    assert executor_pid(live_server) in found["ancestors"], found  # it did look at the executor's descriptors
+    assert found["reached"] == [], found
 
 
 def call_records(server: LiveServer, marker: str) -> list[dict[str, object]]:

@@ -46,7 +46,7 @@ def child(tmp_path: Path) -> Iterator[ExecutorChild]:
 
 
 def remote(child: ExecutorChild) -> RemoteExecutor:
-    return RemoteExecutor(child.socket_path, child.workspace, ensure_running=child.ensure_running, on_lost=child.lost)
+    return child.remote()
 
 
 def start_executor(workspace: Path, allow_uid: int) -> tuple[subprocess.Popen[bytes], str]:
@@ -236,7 +236,27 @@ def test_a_child_executor_exits_when_its_server_goes_away(child: ExecutorChild) 
     assert process is not None and process.stdin is not None
     process.stdin.close()  # what the kernel does to the pipe when the server dies, however it dies
     assert process.wait(10) == 0
-    assert not os.path.exists(child.socket_path)
+
+
+def test_a_child_executor_exits_when_its_channel_closes(child: ExecutorChild) -> None:
+    process = child._process
+    assert process is not None and child._channel is not None
+    child._channel.close()  # no connection can reach it any more: staying up would be for nothing
+    assert process.wait(10) == 0
+
+
+def test_a_child_executor_has_no_socket_anyone_could_connect_to(child: ExecutorChild) -> None:
+    # Not a file, not an abstract name: every Unix socket it holds is one end of a pair, without an address.
+    assert child.pid is not None
+    held = set()
+    for fd in os.listdir(f"/proc/{child.pid}/fd"):
+        link = os.readlink(f"/proc/{child.pid}/fd/{fd}")
+        if link.startswith("socket:["):
+            held.add(link[len("socket:["):-1])
+    assert held, "the channel at least"
+    with open("/proc/net/unix") as table:
+        named = {fields[6]: fields[7] for fields in (line.split() for line in list(table)[1:]) if len(fields) >= 8}
+    assert not held & named.keys(), [named[inode] for inode in held & named.keys()]
 
 
 async def test_nothing_answers_on_a_missing_socket(tmp_path: Path) -> None:

@@ -10,8 +10,10 @@ import pwd
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+from mcpserver.executor.handover import HandedOver
 from mcpserver.executor.local import LocalExecutor
 from mcpserver.executor.service import ExecutorService, bind_socket, logger
 from sandstorm_site.jsonlog import JsonFormatter  # plain logging, no Django
@@ -48,9 +50,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="log lines as JSON objects (as the server does) or text (default: $SANDSTORM_LOG_FORMAT, else json)",
     )
     parser.add_argument("--watch-stdin", action="store_true", help="exit when stdin closes (a child of the server)")
+    parser.add_argument(
+        "--channel-fd",
+        type=int,
+        help="instead of a socket file: an inherited socket the server sends each connection down (SCM_RIGHTS); "
+        "the development child, see child.py",
+    )
     options = parser.parse_args(argv)
     options.inherited = inherited_listener()
-    if options.socket is None and options.inherited is None:
+    if options.socket is None and options.inherited is None and options.channel_fd is None:
         parser.error("--socket is required unless systemd passes a listening socket (socket activation)")
     return options
 
@@ -80,19 +88,25 @@ async def serve(options: argparse.Namespace) -> None:
         loop.add_signal_handler(signum, stop.set)
     if options.watch_stdin:
         loop.add_reader(sys.stdin.fileno(), lambda: os.read(sys.stdin.fileno(), 4096) or stop.set())
-    listener = options.inherited or bind_socket(options.socket)
-    server = await asyncio.start_unix_server(service.handle, sock=listener)
+    close: Callable[[], None]
+    if options.channel_fd is not None:  # the development child: connections come down its channel, no socket file
+        handed_over = HandedOver(service, socket.socket(fileno=options.channel_fd), stop)
+        where, close = "its channel from the server", handed_over.close
+    else:
+        listener = options.inherited or bind_socket(options.socket)
+        server = await asyncio.start_unix_server(service.handle, sock=listener)
+        where, close = listener.getsockname(), server.close
     identity = service.identity()
     logger.info(
         "executor ready on %s as %s (uid %d), workspace %s, serving uid %d",
-        listener.getsockname(), identity["user"], identity["uid"], identity["root"], options.allow_uid,
+        where, identity["user"], identity["uid"], identity["root"], options.allow_uid,
     )  # fmt: skip
     try:
         await stop.wait()
     finally:
-        server.close()
+        close()
         await service.cancel_all()
-        if options.inherited is None:
+        if options.inherited is None and options.socket is not None:
             options.socket.unlink(missing_ok=True)
         logger.info("executor stopped")
 

@@ -1,7 +1,13 @@
 """Development mode: the server runs the executor as its own child process, under the same OS user.
 
-Same code path as production (a separate process behind a Unix socket), minus the second user. The child is
+Same code path as production (a separate process, the same socket protocol), minus the second user. The child is
 restarted when it has died, and exits by itself when the server does (it watches its stdin, a pipe from us).
+
+It has no socket file: a process of the same user (any command an agent runs) could connect to one, and the peer
+check cannot tell it from the server. Instead the child inherits one end of a socket pair, its channel; each
+connection is a fresh socket pair whose other end the server sends down the channel (SCM_RIGHTS). Nothing in the
+filesystem or the abstract namespace leads to it, and no tool process inherits the channel (close-on-exec). Only
+a process that can take descriptors from the server or the child (ptrace, pidfd_getfd: the same user can) gets in.
 """
 
 from __future__ import annotations
@@ -10,21 +16,24 @@ import asyncio
 import atexit
 import logging
 import os
-import shutil
+import select
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
+
+from mcpserver.executor.handover import READY
+from mcpserver.executor.remote import RemoteExecutor
 
 logger = logging.getLogger(__name__)
 
 START_DEADLINE = 20.0
 START_POLL = 0.01  # seconds between checks that a starting child listens
 LOST_WAIT = 2.0  # how long a child that dropped a call may take to exit before we look again
+ADDRESS = "the development executor's private channel"  # named in messages where a socket path would be
 
 
 class ExecutorChild:
@@ -32,10 +41,8 @@ class ExecutorChild:
         self.workspace = workspace
         self._allowed = tuple(env_allow)
         self.env_allow = ",".join(self._allowed)
-        # A short private directory: socket paths are limited to 107 bytes, and only we should see this one.
-        self._dir = Path(tempfile.mkdtemp(prefix="sandstorm-exec-"))
-        self.socket_path = str(self._dir / "executor.sock")
         self._process: subprocess.Popen[bytes] | None = None
+        self._channel: socket.socket | None = None  # our end; connections go down it
         self._lock = threading.Lock()
         self._listening = False  # whether the current child has answered once
         self.restarts = 0
@@ -56,16 +63,29 @@ class ExecutorChild:
             if self._process is not None:
                 self.restarts += 1
                 logger.warning("the tool executor (pid %d) exited with %s; restarting it", self._process.pid, self._process.returncode)
+            self._listening = False
+            if self._channel is not None:
+                self._channel.close()
+            # SEQPACKET: one message per handed-over connection, never merged or split.
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             argv = [
                 sys.executable, "-m", "mcpserver.executor",
-                "--socket", self.socket_path, "--workspace", self.workspace,
+                "--channel-fd", str(theirs.fileno()), "--workspace", self.workspace,
                 "--allow-uid", str(os.getuid()), "--env-allow", self.env_allow, "--watch-stdin",
             ]  # fmt: skip
-            self._listening = False
-            self._process = subprocess.Popen(
-                argv, stdin=subprocess.PIPE, cwd=str(Path(__file__).resolve().parents[2]), env=self._child_env()
-            )
+            try:
+                self._process = self._popen(argv, theirs.fileno())
+            finally:
+                theirs.close()  # the child's now; holding it would keep the channel open after the child died
+            ours.setblocking(False)
+            self._channel = ours
             return True
+
+    def _popen(self, argv: list[str], channel: int) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            argv, stdin=subprocess.PIPE, cwd=str(Path(__file__).resolve().parents[2]), env=self._child_env(),
+            pass_fds=(channel,),
+        )
 
     def _child_env(self) -> dict[str, str]:
         """Not the server's environment, which holds tokens and passwords: only what the executor and tools need."""
@@ -73,12 +93,43 @@ class ExecutorChild:
         return {name: value for name, value in os.environ.items() if name in names}
 
     def _answers(self) -> bool:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        """Whether the child said on the channel that it serves (it does so once, when it is ready)."""
+        channel = self._channel
+        if channel is None:
+            return False
+        poller = select.poll()
+        poller.register(channel.fileno(), select.POLLIN)
+        if not poller.poll(0):
+            return False
+        try:
+            return channel.recv(1) == READY
+        except (BlockingIOError, ConnectionError):
+            return False
+
+    def connect(self) -> socket.socket:
+        """A new connection to the child: one end of a fresh socket pair, the other sent down the channel.
+
+        Never blocks. ConnectionRefusedError if there is no child to take it (the caller starts one first).
+        """
+        with self._lock:
+            channel = self._channel
+            if channel is None or not self.alive():
+                raise ConnectionRefusedError("the development executor is not running")
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
-                probe.connect(self.socket_path)
-            except (FileNotFoundError, ConnectionRefusedError):
-                return False
-        return True
+                socket.send_fds(channel, [b"c"], [theirs.fileno()])
+            except (BlockingIOError, ConnectionError) as error:
+                ours.close()
+                raise ConnectionRefusedError(f"the development executor does not take connections: {error}") from error
+            finally:
+                theirs.close()  # the child holds its copy now
+        return ours
+
+    def remote(self) -> RemoteExecutor:
+        """The server's client to this child, connections made with `connect`."""
+        return RemoteExecutor(
+            ADDRESS, self.workspace, ensure_running=self.ensure_running, on_lost=self.lost, dial=self.connect
+        )
 
     def _launch(self) -> float | None:
         """Start the child unless it is up and listening; the deadline to wait for it, or None if it is up."""
@@ -89,7 +140,7 @@ class ExecutorChild:
 
     def _listening_now(self, deadline: float) -> bool:
         """Whether the child answers yet; raises if it died while starting or the deadline passed."""
-        if self._answers():
+        if self._listening or self._answers():  # another waiter may have taken the child's one READY
             self._listening = True
             return True
         assert self._process is not None
@@ -127,4 +178,7 @@ class ExecutorChild:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-        shutil.rmtree(self._dir, ignore_errors=True)
+        with self._lock:
+            if self._channel is not None:
+                self._channel.close()
+                self._channel = None

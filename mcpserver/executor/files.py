@@ -3,6 +3,10 @@
 Reads stream line by line and count lines in chunks, so a file of any size costs memory in proportion to the budget,
 never to the file. Delete and move resolve only the parent of the path they act on and keep its last component as
 written, so they act on a symlink itself, never on what it points to.
+
+Every operation goes through descriptors opened beneath the workspace root (Workspace.open, see beneath.py): the
+file itself, or the directory holding the name it acts on (`dir_fd=`), so a directory swapped for a symlink while
+a tool runs cannot make it act outside the workspace.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ LIST_MAX_LINES = 500
 LIST_SKIPPED = frozenset({".git", "node_modules"})
 LS_TIMEOUT = 30.0
 LS_OUTPUT_CAP = 4 << 20  # the result cap keeps far less; this only bounds memory for a huge directory
+UNENTERABLE = frozenset({errno.EACCES, errno.ENOENT, errno.ENOTDIR, errno.ELOOP})
 
 
 def _failure(path: object, exc: OSError) -> ToolFailure:
@@ -49,10 +54,10 @@ class _Line:
     whole: bool
 
 
-def _open_regular(real: Path) -> BinaryIO:
+def _open_regular(workspace: Workspace, real: Path) -> BinaryIO:
     """Open `real` for reading; a directory or a non-regular file (a FIFO would block the thread forever) fails."""
     try:
-        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = workspace.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
         raise _failure(real, exc) from exc
     mode = os.fstat(fd).st_mode
@@ -196,8 +201,9 @@ def _printable(name: str) -> str:
     return name.encode("utf-8", errors="surrogateescape").decode("utf-8", errors="replace")
 
 
-def _tree(directory: str, prefix: str, depth: int) -> Iterator[str]:
-    """Paths below `directory` in sorted pre-order, directories with "/"; symlinks are listed, never followed."""
+def _tree(directory: int, prefix: str, depth: int) -> Iterator[str]:
+    """Paths below the directory open as `directory` in sorted pre-order, directories with "/"; symlinks are listed,
+    never followed (each subdirectory is opened with O_NOFOLLOW through its parent's descriptor)."""
     with os.scandir(directory) as listing:
         entries = sorted(listing, key=lambda entry: entry.name)
     for entry in entries:
@@ -208,9 +214,15 @@ def _tree(directory: str, prefix: str, depth: int) -> Iterator[str]:
         yield relative + "/" if is_dir else relative
         if is_dir and depth < LIST_MAX_DEPTH:
             try:
-                yield from _tree(entry.path, relative + "/", depth + 1)
-            except (PermissionError, FileNotFoundError):
-                pass  # an unreadable (or just removed) subdirectory is listed but not entered; the listing goes on
+                sub = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
+            except OSError as exc:
+                if exc.errno not in UNENTERABLE:
+                    raise
+                continue  # unreadable, just removed, or swapped for a link: listed but not entered; the listing goes on
+            try:
+                yield from _tree(sub, relative + "/", depth + 1)
+            finally:
+                os.close(sub)
 
 
 async def _read_capped(stream: asyncio.StreamReader, cap: int) -> tuple[bytes, bool]:
@@ -247,7 +259,7 @@ class FileOps:
 
     def _read_file(self, path: str, first: int, limit: int | None, max_bytes: int) -> str:
         real = self.workspace.resolve(path)
-        with _open_regular(real) as f:
+        with _open_regular(self.workspace, real) as f:
             binary = _binary_note(f, real)
             if binary is not None:
                 return binary
@@ -265,11 +277,17 @@ class FileOps:
             data = content.encode("utf-8")
         except UnicodeEncodeError as exc:  # a lone surrogate from a JSON "\ud800" escape
             raise ToolFailure(f"Error: content is not valid Unicode text ({exc.reason})") from exc
+        if real == self.workspace.root:
+            raise ToolFailure(f"Error: {real}: Is a directory")
         try:
-            real.parent.mkdir(parents=True, exist_ok=True)
-            # O_NOFOLLOW: if the last component became a symlink since it was resolved, fail rather than follow it.
-            # O_NONBLOCK: opening a FIFO fails at once instead of blocking the thread until a reader comes.
-            fd = os.open(real, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+            parent = self._parent_dir(real.parent)
+            try:
+                # O_NOFOLLOW: if the last component became a symlink since it was resolved, fail rather than follow it.
+                # O_NONBLOCK: opening a FIFO fails at once instead of blocking the thread until a reader comes.
+                flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+                fd = os.open(real.name, flags, 0o644, dir_fd=parent)
+            finally:
+                os.close(parent)
         except OSError as exc:
             raise _failure(real, exc) from exc
         with os.fdopen(fd, "wb") as f:
@@ -280,8 +298,15 @@ class FileOps:
 
     # --- delete / move / mkdir ---------------------------------------------------------------------------------------
 
-    def _literal(self, path: str, verb: str) -> Path:
-        """`path` with its parent resolved (and confined) but its last component kept as written, links unfollowed."""
+    def _parent_dir(self, real: Path) -> int:
+        """A descriptor of the directory `real`, created with its parents if missing (`mkdir -p`)."""
+        try:
+            return self.workspace.open_dir(real)
+        except (FileNotFoundError, NotADirectoryError):
+            return self.workspace.make_dirs(real)  # says FileExistsError for a file there, as mkdir -p does
+
+    def _literal(self, path: str, verb: str) -> tuple[Path, str]:
+        """`path`'s parent resolved (and confined) and its last component as written, so links are not followed."""
         trimmed = path.rstrip("/")
         name = os.path.basename(trimmed)
         if name in ("", ".", ".."):
@@ -290,17 +315,22 @@ class FileOps:
             raise ToolFailure(f"Error: {path!r} contains a NUL byte")
         if Path(os.path.normpath(self.workspace.root / trimmed)) == self.workspace.root:
             raise ToolFailure(f"Error: {self.workspace.root}: will not {verb} the workspace root")
-        return self.workspace.resolve(os.path.dirname(trimmed)) / name
+        return self.workspace.resolve(os.path.dirname(trimmed)), name
 
     async def delete_file(self, path: str) -> str:
         return await asyncio.to_thread(self._delete_file, path)
 
     def _delete_file(self, path: str) -> str:
-        target = self._literal(path, "delete")
+        parent_real, name = self._literal(path, "delete")
+        target = parent_real / name
         try:
-            if stat.S_ISDIR(os.lstat(target).st_mode):
-                raise ToolFailure(f"Error: {target}: Is a directory")
-            os.unlink(target)
+            parent = self.workspace.open_dir(parent_real)
+            try:
+                if stat.S_ISDIR(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
+                    raise ToolFailure(f"Error: {target}: Is a directory")
+                os.unlink(name, dir_fd=parent)
+            finally:
+                os.close(parent)
         except FileNotFoundError:
             pass  # deleting what is not there succeeds, as the earlier server did
         except OSError as exc:
@@ -311,17 +341,38 @@ class FileOps:
         return await asyncio.to_thread(self._move, source, dest)
 
     def _move(self, source: str, dest: str) -> str:
-        src = self._literal(source, "move")
-        if not os.path.lexists(src):
-            raise ToolFailure(f"Error: {src}: No such file or directory")
+        src_real, src_name = self._literal(source, "move")
+        src = src_real / src_name
+        try:
+            src_dir = self.workspace.open_dir(src_real)
+        except OSError:
+            raise ToolFailure(f"Error: {src}: No such file or directory") from None
+        try:
+            return self._move_from(src_dir, src, dest)
+        finally:
+            os.close(src_dir)
+
+    def _move_from(self, src_dir: int, src: Path, dest: str) -> str:
+        try:
+            os.stat(src.name, dir_fd=src_dir, follow_symlinks=False)
+        except OSError:
+            raise ToolFailure(f"Error: {src}: No such file or directory") from None
         real_dest = self.workspace.resolve(dest)
         # Like mv: into an existing directory; otherwise onto the path itself, replacing a link there, not its target.
-        target = real_dest / src.name if real_dest.is_dir() else self._literal(dest, "replace")
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            _rename(src, target)
+            dest_dir, target = self.workspace.open_dir(real_dest), real_dest / src.name
+        except (FileNotFoundError, NotADirectoryError):
+            parent_real, name = self._literal(dest, "replace")
+            dest_dir, target = -1, parent_real / name
+        try:
+            if dest_dir < 0:
+                dest_dir = self._parent_dir(target.parent)
+            _rename(src_dir, src.name, dest_dir, target.name)
         except OSError as exc:
             raise _failure(src, exc) from exc
+        finally:
+            if dest_dir >= 0:
+                os.close(dest_dir)
         return f"Moved {src} \u2192 {target}"
 
     async def mkdir(self, path: str) -> str:
@@ -330,7 +381,7 @@ class FileOps:
     def _mkdir(self, path: str) -> str:
         real = self.workspace.resolve(path)
         try:
-            real.mkdir(parents=True, exist_ok=True)
+            os.close(self.workspace.make_dirs(real))
         except OSError as exc:  # FileExistsError when a file has that name
             raise _failure(real, exc) from exc
         return f"Created directory {real}"
@@ -338,37 +389,42 @@ class FileOps:
     # --- list --------------------------------------------------------------------------------------------------------
 
     async def list_dir(self, path: str, recursive: bool) -> str:
-        real = await asyncio.to_thread(self._listable, path)
-        if recursive:
-            return await asyncio.to_thread(self._list_tree, real)
-        return await self._ls(real)
+        real, directory = await asyncio.to_thread(self._listable, path)
+        try:
+            if recursive:
+                return await asyncio.to_thread(self._list_tree, real, directory)
+            return await self._ls(real, directory)
+        finally:
+            os.close(directory)
 
-    def _listable(self, path: str) -> Path:
+    def _listable(self, path: str) -> tuple[Path, int]:
+        """The real path and a readable descriptor of the directory `path` names."""
         real = self.workspace.resolve(path)
         try:
-            mode = os.stat(real).st_mode
-        except OSError as exc:
+            return real, self.workspace.open_dir(real, os.O_RDONLY)
+        except OSError as exc:  # ENOTDIR says "Not a directory"
             raise _failure(real, exc) from exc
-        if not stat.S_ISDIR(mode):
-            raise ToolFailure(f"Error: {real}: Not a directory")
-        return real
 
-    def _list_tree(self, real: Path) -> str:
+    def _list_tree(self, real: Path, directory: int) -> str:
+        tree = _tree(directory, "", 1)
         try:
-            lines = list(itertools.islice(_tree(str(real), "", 1), LIST_MAX_LINES + 1))
+            lines = list(itertools.islice(tree, LIST_MAX_LINES + 1))
         except OSError as exc:
             raise _failure(real, exc) from exc
+        finally:
+            tree.close()  # closes the descriptors of the subdirectories it was in
         if not lines:
             return "(empty)"
         if len(lines) > LIST_MAX_LINES:
             return "\n".join(lines[:LIST_MAX_LINES] + [f"[listing cut at {LIST_MAX_LINES} lines]"])
         return "\n".join(lines)
 
-    async def _ls(self, real: Path) -> str:
+    async def _ls(self, real: Path, directory: int) -> str:
+        # ls gets the directory we opened, not its name: through /proc/self/fd, the name is never looked up again.
         process = await asyncio.create_subprocess_exec(
-            "ls", "-la", "--color=never", "--", str(real),
+            "ls", "-la", "--color=never", "--", f"/proc/self/fd/{directory}/",
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-            env=self.env, start_new_session=True,
+            env=self.env, start_new_session=True, pass_fds=(directory,),
         )
         assert process.stdout is not None
         try:
@@ -390,10 +446,12 @@ class FileOps:
         return text
 
 
-def _rename(src: Path, target: Path) -> None:
+def _rename(src_dir: int, src_name: str, dest_dir: int, dest_name: str) -> None:
+    """Rename a name in one open directory to a name in another; copy and remove across filesystems."""
     try:
-        os.rename(src, target)
+        os.rename(src_name, dest_name, src_dir_fd=src_dir, dst_dir_fd=dest_dir)
     except OSError as exc:
         if exc.errno != errno.EXDEV:
             raise
-        shutil.move(src, target)  # across filesystems: copy (links as links), then remove
+        # shutil works on paths: these reach the open directories themselves, never their names, through /proc.
+        shutil.move(f"/proc/self/fd/{src_dir}/{src_name}", f"/proc/self/fd/{dest_dir}/{dest_name}")

@@ -41,13 +41,21 @@ class ExecutorFault(Exception):
 # Makes sure an executor is listening before a connection is tried (the development child restarts it), and
 # lets a dying one finish dying after a lost call, so the next call does not connect to its closing socket.
 Starter = Callable[[], Awaitable[None]]
+# A connected socket to the executor made without a socket file (the development child's channel); never blocks.
+Dialer = Callable[[], socket.socket]
 
 
 class RemoteExecutor:
     def __init__(
-        self, socket_path: str, root: str, ensure_running: Starter | None = None, on_lost: Starter | None = None
+        self,
+        socket_path: str,
+        root: str,
+        ensure_running: Starter | None = None,
+        on_lost: Starter | None = None,
+        dial: Dialer | None = None,
     ) -> None:
-        self.socket_path = socket_path
+        self.socket_path = socket_path  # with `dial`, only what messages call it
+        self.dial = dial
         self.root = root
         self._ensure_running = ensure_running
         self._on_lost = on_lost
@@ -83,6 +91,8 @@ class RemoteExecutor:
             except RuntimeError as error:
                 raise ExecutorUnavailable(f"Error: the tool executor could not be started: {error}") from error
         try:
+            if self.dial is not None:
+                return await asyncio.open_unix_connection(sock=self.dial(), limit=1 << 20)
             return await asyncio.open_unix_connection(self.socket_path, limit=1 << 20)
         except (FileNotFoundError, ConnectionRefusedError) as error:
             raise ExecutorUnavailable(
@@ -252,11 +262,16 @@ def _closed_by_peer(writer: asyncio.StreamWriter) -> bool:
     return bool(poller.poll(0))
 
 
-def ping(socket_path: str, timeout: float = 2.0) -> dict[str, Any]:
-    """A blocking liveness check for synchronous code (/health): the executor's identity, or an OSError."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+def ping(executor: RemoteExecutor, timeout: float = 2.0) -> dict[str, Any]:
+    """A blocking liveness check for synchronous code (the consent page): the executor's identity, or an OSError."""
+    if executor.dial is not None:
+        connection = executor.dial()
+    else:
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    with connection:
         connection.settimeout(timeout)
-        connection.connect(socket_path)
+        if executor.dial is None:
+            connection.connect(executor.socket_path)
         connection.sendall(wire.encode({"op": "ping", "args": {}}))
         frame = wire.recv_frame(connection)
     if frame is None:

@@ -2,7 +2,9 @@
 
 It holds no database connection, no Django settings and no secrets; it knows the workspace, the environment tool
 processes get, and which uid may connect. Every connection is checked with SO_PEERCRED before a byte is read, so a
-process the agent started (running as the agent user, like this one) cannot ask it for anything.
+process the agent started (running as the agent user, like this one) cannot ask it for anything. The development
+child shares the agent's uid with the server, so there the check cannot tell them apart: it has no socket file at
+all, only connections the server hands it (handover.py).
 """
 
 from __future__ import annotations
