@@ -243,17 +243,35 @@ class GitOps:
     async def git_push(self, remote: str | None, branch: str | None, path: str | None) -> str:
         repo = await self._repository(path)
         args = await self._remote_args(repo, remote, branch)
-        output = await self._in(repo, ["push", "--end-of-options", *args], timeout=NETWORK_TIMEOUT)
+        pack = await self._pack_program(repo, args[0], "receive-pack")
+        output = await self._in(repo, ["push", *pack, "--end-of-options", *args], timeout=NETWORK_TIMEOUT)
         return with_notes(output or "Pushed", skipped_hooks(repo, PUSH_HOOKS))
 
     async def git_pull(self, remote: str | None, branch: str | None, path: str | None) -> str:
         repo = await self._repository(path)
         args = await self._remote_args(repo, remote, branch)
         identity = await self._identity_options(repo)  # a pull may create a merge commit
-        command = [*identity, "pull", "--end-of-options", *args]
+        pack = await self._pack_program(repo, args[0], "upload-pack")
+        command = [*identity, "pull", *pack, "--end-of-options", *args]
         output = await self._in(repo, command, timeout=NETWORK_TIMEOUT)
         notes = repo.overrides.notes(filters=True, merges=True) + skipped_hooks(repo, PULL_HOOKS)
         return with_notes(output or "Pulled", notes)
+
+    async def _pack_program(self, repo: Repository, remote: str, command: str) -> list[str]:
+        """`--receive-pack=`/`--upload-pack=` with our overrides when `remote` is reached on this machine.
+
+        There git runs that program in the other repository, with its config and hooks, and without our
+        command-scope config; so it gets ours on its command line, which also replaces the program a
+        repository's `remote.<name>.receivepack`/`uploadpack` would name. Over ssh it runs on the other host.
+        """
+        if gitargs.looks_like_url(remote):
+            urls = [remote]
+        else:
+            push = ["--push"] if command == "receive-pack" else []
+            urls = (await self._in(repo, ["remote", "get-url", *push, "--all", remote])).splitlines()
+        if not any(gitargs.is_local_url(url) for url in urls):
+            return []
+        return [f"--{command}={gitconfig.local_pack_program(command)}"]
 
     async def _remote_args(self, repo: Repository, remote: str | None, branch: str | None) -> list[str]:
         remote = remote or "origin"

@@ -18,6 +18,7 @@ config, which wins over every file, and which the git processes git itself start
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -44,6 +45,17 @@ FIXED_OVERRIDES: tuple[tuple[str, str], ...] = (
     ("core.alternateRefsCommand", "true"),
 )
 # uploadpack.packObjectsHook needs no entry: git reads it from system, global and command config only.
+# remote.<name>.uploadpack/receivepack need none either: the first value wins there, so `local_pack_program`
+# replaces them on the command line, for the local transports where they would run here.
+
+# git clears command-scope config for the git it starts in the other repository of a local transport
+# (`receive-pack` on a push, `upload-pack` on a fetch), which then reads that repository's config alone.
+REMOTE_SIDE_OVERRIDES: tuple[tuple[str, str], ...] = (
+    ("core.hooksPath", "/dev/null"),
+    ("core.fsmonitor", "false"),
+    ("core.alternateRefsCommand", "true"),
+    ("receive.denyCurrentBranch", "refuse"),
+)
 
 # Keys naming one program: the repository's value is replaced by the admin's, else by this one (git's default).
 PROGRAM_KEYS: dict[str, str] = {
@@ -61,8 +73,6 @@ PROGRAM_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"filter\..+\.required"), "false"),
     (re.compile(r"diff\..+\.(textconv|command)"), ""),
     (re.compile(r"merge\..+\.driver"), ""),
-    (re.compile(r"remote\..+\.uploadpack"), "git-upload-pack"),
-    (re.compile(r"remote\..+\.receivepack"), "git-receive-pack"),
     (re.compile(r"remote\..+\.vcs"), ""),
     (re.compile(r"trailer\..+\.(command|cmd)"), ""),
 )
@@ -171,6 +181,12 @@ def config_environment(pairs: Sequence[tuple[str, str]]) -> dict[str, str]:
         env[f"GIT_CONFIG_KEY_{index}"] = key
         env[f"GIT_CONFIG_VALUE_{index}"] = value
     return env
+
+
+def local_pack_program(command: str) -> str:
+    """`git -c ... receive-pack` (or `upload-pack`): what git should run in a local remote, through its shell."""
+    options = [part for key, value in REMOTE_SIDE_OVERRIDES for part in ("-c", f"{key}={value}")]
+    return shlex.join(["git", *options, command])
 
 
 def is_config_variable(name: str) -> bool:
