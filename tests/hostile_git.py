@@ -206,6 +206,7 @@ VECTORS: dict[str, Callable[[Hostile], None]] = {
 
 
 def build(root: Path, vector: str, env: dict[str, str], http_url: str | None = None) -> Hostile:
+    root.mkdir(parents=True, exist_ok=True)
     h = Hostile(root=root, env=env, http_url=http_url)
     h.payload.write_text(f"#!/bin/sh\ntouch {h.marker}\ncat\n")  # cat: a filter that worked, for clean/smudge
     h.payload.chmod(0o755)
@@ -221,6 +222,7 @@ def build(root: Path, vector: str, env: dict[str, str], http_url: str | None = N
     h.git(seed, "commit", "-q", "-am", "Remote change")
     h.git(seed, "push", "-q", str(h.bare), "main")
     (h.repo / "a.txt").write_text("local change\n")
+    h.git(h.repo, "config", "pull.rebase", "false")  # git 2.39 refuses to pull divergent branches without it
     VECTORS[vector](h)
     return h
 
