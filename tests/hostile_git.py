@@ -148,6 +148,14 @@ def remote_hooks(h: Hostile) -> None:
     h.hooks(h.bare / "hooks", REMOTE_HOOKS)
 
 
+def push_instead_of(h: Hostile) -> None:
+    """The remote is given as a URL, which the repository's config rewrites to a local repository with hooks."""
+    h.hooks(h.bare / "hooks", REMOTE_HOOKS)
+    h.remote = "https://sandstorm.invalid/x.git"
+    h.config(("url.file://" + str(h.bare) + ".pushInsteadOf", h.remote))
+    h.config(("url." + str(h.bare) + ".insteadOf", h.remote))
+
+
 def ssh_command(h: Hostile) -> None:
     h.config(("core.sshCommand", str(h.payload)))
     h.git(h.repo, "remote", "set-url", "origin", "ssh://git@sandstorm.invalid/x.git")
@@ -198,11 +206,18 @@ VECTORS: dict[str, Callable[[Hostile], None]] = {
     function.__name__.replace("_", "-"): function
     for function in (
         nested_bare_gpg, nested_bare_worktree_fsmonitor, fsmonitor, fsmonitor_by_include, diff_external, textconv,
-        filter_clean_smudge, filter_process, hooks, hooks_path, remote_hooks, ssh_command,
+        filter_clean_smudge, filter_process, hooks, hooks_path, remote_hooks, push_instead_of,
+        ssh_command,
         git_proxy, pack_programs, credential_helper, askpass, merge_driver, gpg_signing,
         alternate_refs, ext_protocol,
     )
 }
+
+# The vectors a read-only tool (status, diff, log, branch list) reaches; the others need a write tool.
+READ_REACHABLE = (
+    "nested-bare-gpg", "nested-bare-worktree-fsmonitor", "fsmonitor", "fsmonitor-by-include", "diff-external",
+    "textconv", "filter-clean-smudge", "filter-process", "hooks", "hooks-path",  # post-index-change on status
+)
 
 
 def build(root: Path, vector: str, env: dict[str, str], http_url: str | None = None) -> Hostile:

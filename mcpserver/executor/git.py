@@ -56,6 +56,7 @@ class Repository:
     layout: Layout
     env: dict[str, str]
     overrides: gitconfig.Overrides = field(default_factory=gitconfig.Overrides)
+    config: tuple[gitconfig.ConfigEntry, ...] = ()
 
 
 def combined_output(result: ExecResult) -> str:
@@ -172,11 +173,12 @@ class GitOps:
         layout = await asyncio.to_thread(find_layout, self.workspace, real)
         located = self._git_env(layout_environment(layout))
         listing = await self._git(real, ["config", "-z", "--show-scope", "--list"], env=located)
-        overrides = gitconfig.repository_overrides(gitconfig.parse_listing(listing), self.env)
+        config = tuple(gitconfig.parse_listing(listing))
+        overrides = gitconfig.repository_overrides(config, self.env)
         check_work_tree(layout, real, overrides.work_tree)
         pairs = (*gitconfig.FIXED_OVERRIDES, *overrides.pairs)
         env = {**located, **gitconfig.config_environment(pairs), **overrides.env}
-        return Repository(cwd=real, layout=layout, env=env, overrides=overrides)
+        return Repository(cwd=real, layout=layout, env=env, overrides=overrides, config=config)
 
     async def _in(self, repo: Repository, args: Sequence[str], timeout: float = LOCAL_TIMEOUT) -> str:
         return await self._git(repo.cwd, args, timeout, repo.env)
@@ -265,7 +267,10 @@ class GitOps:
         repository's `remote.<name>.receivepack`/`uploadpack` would name. Over ssh it runs on the other host.
         """
         if gitargs.looks_like_url(remote):
-            urls = [remote]
+            # As git will rewrite it: url.<base>.insteadOf (what ls-remote prints), pushInsteadOf for a push.
+            urls = [remote, *(await self._in(repo, ["ls-remote", "--get-url", "--end-of-options", remote])).splitlines()]
+            rewritten = gitconfig.push_rewrite(remote, repo.config) if command == "receive-pack" else None
+            urls += [rewritten] if rewritten else []
         else:
             push = ["--push"] if command == "receive-pack" else []
             urls = (await self._in(repo, ["remote", "get-url", *push, "--all", remote])).splitlines()

@@ -175,6 +175,19 @@ def _names(own: Iterable[ConfigEntry], pattern: re.Pattern[str], admin_values: d
     return tuple(dict.fromkeys(names))
 
 
+PUSH_REWRITE = re.compile(r"url\.(.+)\.pushinsteadof")
+
+
+def push_rewrite(url: str, entries: Iterable[ConfigEntry]) -> str | None:
+    """`url` after the longest matching `url.<base>.pushInsteadOf`, as git rewrites a URL it pushes to; or None."""
+    best: tuple[int, str] | None = None
+    for entry in entries:
+        match = PUSH_REWRITE.fullmatch(entry.key)
+        if match and entry.value and url.startswith(entry.value) and (best is None or len(entry.value) > best[0]):
+            best = (len(entry.value), match.group(1) + url[len(entry.value):])
+    return None if best is None else best[1]
+
+
 def config_environment(pairs: Sequence[tuple[str, str]]) -> dict[str, str]:
     env = {"GIT_CONFIG_COUNT": str(len(pairs))}
     for index, (key, value) in enumerate(pairs):
