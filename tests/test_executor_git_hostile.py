@@ -204,3 +204,18 @@ async def test_config_variables_in_the_environment_do_not_reach_git(
     }
     await executor.git_log(5, hostile.path)
     assert not hostile.marker.exists()
+
+
+async def test_a_pull_that_needs_the_repositorys_merge_driver_fails_and_says_why(
+    setup: Setup, workspace: Path, executor: GitExecutor
+) -> None:
+    hostile = hostile_git.build(workspace, "merge-driver", setup.env)
+    await executor.git_commit("Change a", "repo")
+    with pytest.raises(ToolFailure) as failed:
+        await executor.git_pull("origin", "main", "repo")
+    assert str(failed.value).startswith("Error: ")
+    assert str(failed.value).endswith(
+        "Note: this repository's own merge drivers were not run (evil): the git tools never run programs a "
+        "repository's config names; run git with terminal_exec to use them."
+    )
+    assert not hostile.marker.exists()

@@ -47,7 +47,8 @@ async def test_no_git_tool_runs_a_program_the_repository_names(
         for tool, arguments in hostile_git.calls(hostile, writes=scope == "mcp"):
             result = await client.call_tool(tool, {**arguments, "path": str(workspace_dir / hostile.path)})
             assert not result.is_error or "does not allow" not in text_of(result)
-            assert not hostile.marker.exists(), f"{vector} ({scope}): {tool}({arguments}) ran the payload:\n{text_of(result)}"
+            ran = f"{vector} ({scope}): {tool}({arguments}) ran the payload:\n{text_of(result)}"
+            assert not hostile.marker.exists(), ran
 
 
 async def test_the_issues_two_read_only_attacks_are_refused_or_harmless(

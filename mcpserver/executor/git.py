@@ -183,6 +183,17 @@ class GitOps:
     async def _in(self, repo: Repository, args: Sequence[str], timeout: float = LOCAL_TIMEOUT) -> str:
         return await self._git(repo.cwd, args, timeout, repo.env)
 
+    async def _noted(
+        self, repo: Repository, args: Sequence[str], notes: Sequence[str], timeout: float = LOCAL_TIMEOUT,
+        default: str = "",
+    ) -> str:
+        """`_in`, with `notes` (what was turned off) after the output, or after the error text when git failed."""
+        try:
+            output = await self._in(repo, args, timeout) or default
+        except ToolFailure as failure:
+            raise ToolFailure(with_notes(str(failure), notes)) from None
+        return with_notes(output, notes)
+
     async def _check_branch(self, name: str, cwd: Path, env: dict[str, str] | None, check_syntax: bool = True) -> None:
         if check_syntax:
             gitargs.check_branch_syntax(name)
@@ -230,24 +241,23 @@ class GitOps:
 
     async def git_status(self, path: str | None) -> str:
         repo = await self._repository(path)
-        return with_notes(await self._in(repo, ["status"]), repo.overrides.notes(filters=True, merges=False))
+        return await self._noted(repo, ["status"], repo.overrides.notes(filters=True, merges=False))
 
     async def git_commit(self, message: str, path: str | None) -> str:
         if "\x00" in message:
             raise ToolFailure("Error: the commit message contains a NUL byte")
         repo = await self._repository(path)
-        await self._in(repo, ["add", "-A"])
-        identity = await self._identity_options(repo)
-        output = await self._in(repo, [*identity, "commit", "-m", message])
         notes = repo.overrides.notes(filters=True, merges=False) + skipped_hooks(repo, COMMIT_HOOKS)
-        return with_notes(output, notes)
+        await self._noted(repo, ["add", "-A"], notes)
+        identity = await self._identity_options(repo)
+        return await self._noted(repo, [*identity, "commit", "-m", message], notes)
 
     async def git_push(self, remote: str | None, branch: str | None, path: str | None) -> str:
         repo = await self._repository(path)
         args = await self._remote_args(repo, remote, branch)
         pack = await self._pack_program(repo, args[0], "receive-pack")
-        output = await self._in(repo, ["push", *pack, "--end-of-options", *args], timeout=NETWORK_TIMEOUT)
-        return with_notes(output or "Pushed", skipped_hooks(repo, PUSH_HOOKS))
+        command = ["push", *pack, "--end-of-options", *args]
+        return await self._noted(repo, command, skipped_hooks(repo, PUSH_HOOKS), NETWORK_TIMEOUT, "Pushed")
 
     async def git_pull(self, remote: str | None, branch: str | None, path: str | None) -> str:
         repo = await self._repository(path)
@@ -255,9 +265,8 @@ class GitOps:
         identity = await self._identity_options(repo)  # a pull may create a merge commit
         pack = await self._pack_program(repo, args[0], "upload-pack")
         command = [*identity, "pull", *pack, "--end-of-options", *args]
-        output = await self._in(repo, command, timeout=NETWORK_TIMEOUT)
         notes = repo.overrides.notes(filters=True, merges=True) + skipped_hooks(repo, PULL_HOOKS)
-        return with_notes(output or "Pulled", notes)
+        return await self._noted(repo, command, notes, NETWORK_TIMEOUT, "Pulled")
 
     async def _pack_program(self, repo: Repository, remote: str, command: str) -> list[str]:
         """`--receive-pack=`/`--upload-pack=` with our overrides when `remote` is reached on this machine.
@@ -268,7 +277,8 @@ class GitOps:
         """
         if gitargs.looks_like_url(remote):
             # As git will rewrite it: url.<base>.insteadOf (what ls-remote prints), pushInsteadOf for a push.
-            urls = [remote, *(await self._in(repo, ["ls-remote", "--get-url", "--end-of-options", remote])).splitlines()]
+            expanded = await self._in(repo, ["ls-remote", "--get-url", "--end-of-options", remote])
+            urls = [remote, *expanded.splitlines()]
             rewritten = gitconfig.push_rewrite(remote, repo.config) if command == "receive-pack" else None
             urls += [rewritten] if rewritten else []
         else:
@@ -292,22 +302,21 @@ class GitOps:
         if name is None:
             return await self._in(repo, ["branch", "-a"]) or "(no branches yet)"
         await self._check_branch(name, repo.cwd, repo.env)
-        output = await self._in(repo, ["branch", "--end-of-options", name]) or f"Created branch {name}"
-        return with_notes(output, skipped_hooks(repo, REF_HOOKS))
+        command = ["branch", "--end-of-options", name]
+        return await self._noted(repo, command, skipped_hooks(repo, REF_HOOKS), default=f"Created branch {name}")
 
     async def git_checkout(self, branch: str, path: str | None) -> str:
         repo = await self._repository(path)
         await self._check_branch(branch, repo.cwd, repo.env)
         # No --end-of-options here: git 2.39's checkout then counts the trailing "--" as a second reference.
         # The name cannot start with '-' (checked above), and "--" ends the options and starts the pathspecs.
-        output = await self._in(repo, ["checkout", branch, "--"])
         notes = repo.overrides.notes(filters=True, merges=False) + skipped_hooks(repo, CHECKOUT_HOOKS)
-        return with_notes(output, notes)
+        return await self._noted(repo, ["checkout", branch, "--"], notes)
 
     async def git_diff(self, path: str | None) -> str:
         repo = await self._repository(path)
-        output = await self._in(repo, ["diff"]) or "(no changes)"
-        return with_notes(output, repo.overrides.notes(filters=True, merges=False))
+        notes = repo.overrides.notes(filters=True, merges=False)
+        return await self._noted(repo, ["diff"], notes, default="(no changes)")
 
     async def git_log(self, n: int, path: str | None) -> str:
         if n < 1:

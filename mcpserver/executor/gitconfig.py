@@ -80,6 +80,7 @@ CREDENTIAL_HELPER = re.compile(r"credential\.(.+\.)?helper")
 FILTER_DRIVER = re.compile(r"filter\.(.+)\.(clean|smudge|process)")
 MERGE_DRIVER = re.compile(r"merge\.(.+)\.driver")
 GIT_PROXY = "core.gitproxy"
+HOOKS_PATH = "core.hookspath"
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,7 @@ def repository_overrides(entries: Iterable[ConfigEntry], admin_env: dict[str, st
         skipped_filters=_names(own, FILTER_DRIVER, admin_values),
         skipped_merge_drivers=_names(own, MERGE_DRIVER, admin_values),
         work_tree=work_tree,
-        hooks_path=next((e.value for e in reversed(entries) if e.key == "core.hookspath" and e.scope != "command"), None),
+        hooks_path=next((e.value for e in reversed(entries) if e.key == HOOKS_PATH and e.scope != "command"), None),
     )
 
 
