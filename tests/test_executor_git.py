@@ -223,18 +223,36 @@ async def test_a_commit_message_that_looks_like_an_option_is_only_a_message(
 
 
 @pytest.mark.anyio
-async def test_server_environment_does_not_reach_git_hooks(
-    executor: GitExecutor, repo: Path, monkeypatch: pytest.MonkeyPatch
+async def test_server_environment_does_not_reach_programs_git_runs(
+    setup: Setup, executor: GitExecutor, repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # A filter driver in the admin's own (global) config still runs, the way git-lfs does; with our environment.
     monkeypatch.setenv("SANDSTORM_SECRET_PROBE", "x")
-    hook = repo / ".git" / "hooks" / "pre-commit"
-    hook.write_text(f"#!/bin/sh\nenv > {repo.parent / 'hook_env.txt'}\n")
-    hook.chmod(0o755)
+    seen = repo.parent / "filter_env.txt"
+    (setup.home / ".gitconfig").write_text(f"[filter \"probe\"]\n\tclean = \"sh -c 'env > {seen}; cat'\"\n")
+    (repo / ".gitattributes").write_text("*.txt filter=probe\n")
     (repo / "a.txt").write_text("a\n")
-    await executor.git_commit("Hooked", "repo")
-    seen = (repo.parent / "hook_env.txt").read_text()
-    assert "GIT_CEILING_DIRECTORIES=" in seen  # the hook did run, with our environment
-    assert "SANDSTORM_SECRET_PROBE" not in seen
+    output = await executor.git_commit("Filtered", "repo")
+    assert "Note:" not in output
+    assert "GIT_CEILING_DIRECTORIES=" in seen.read_text()  # the driver did run, with our environment
+    assert "SANDSTORM_SECRET_PROBE" not in seen.read_text()
+
+
+@pytest.mark.anyio
+async def test_commit_runs_no_hook_and_says_so(setup: Setup, executor: GitExecutor, repo: Path) -> None:
+    marker = repo.parent / "hook_ran"
+    for name in ("pre-commit", "commit-msg", "post-commit"):
+        hook = repo / ".git" / "hooks" / name
+        hook.write_text(f"#!/bin/sh\ntouch {marker}\n")
+        hook.chmod(0o755)
+    (repo / "a.txt").write_text("a\n")
+    output = await executor.git_commit("Unhooked", "repo")
+    assert setup.git(repo, "log", "-1", "--format=%s") == "Unhooked\n"
+    assert output.endswith(
+        "Note: this repository's hooks were not run (pre-commit, commit-msg, post-commit): the git tools never run "
+        "hooks; run git with terminal_exec to use them."
+    )
+    assert not marker.exists()
 
 
 # --- push and pull --------------------------------------------------------------------------------------------------

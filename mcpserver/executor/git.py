@@ -1,9 +1,11 @@
 """The git tools: clone, status, commit, push, pull, branch, checkout, diff and log inside the workspace.
 
-GitPython finds and checks the repository; it does that in-process, reading files, without running git. Every
-git command then runs through `run_process`, with our clean environment and nothing else: GitPython's
-`Git.execute` always starts the child's environment from `os.environ` (it can add to it, never drop from it),
-which would hand the server's settings and secrets to git and to any hook the repository carries.
+A repository in the workspace is hostile: its config and attributes may name programs for git to run. So:
+`gitlayout` picks the repository in-process (usual layouts only) and git is told exactly which one it is
+(`GIT_DIR`, `GIT_WORK_TREE`); `gitconfig` builds the command-scope config that turns off every program the
+repository's config names, and the command line (`--no-pager`, `--no-ext-diff --no-textconv`). Every git
+command goes through `_run`, with our clean environment and nothing else (never `os.environ`, which would hand
+the server's settings and secrets to git).
 """
 
 from __future__ import annotations
@@ -11,20 +13,18 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import git
-from git.exc import InvalidGitRepositoryError, NoSuchPathError
-
-from mcpserver.executor import gitargs
+from mcpserver.executor import gitargs, gitconfig
+from mcpserver.executor.gitlayout import Layout, configured_work_tree, find_layout
 from mcpserver.executor.interface import ExecResult, ToolFailure
 from mcpserver.executor.paths import Workspace
 from mcpserver.executor.processes import run_process
 
 CLONE_TIMEOUT = 120.0
 NETWORK_TIMEOUT = 60.0  # push and pull
-LOCAL_TIMEOUT = 60.0  # everything else (a commit may run hooks)
+LOCAL_TIMEOUT = 60.0  # everything else
 OUTPUT_BUDGET = 1_000_000
 MAX_LOG_ENTRIES = 100
 ALLOWED_PROTOCOLS = "file:git:http:https:ssh"  # GIT_ALLOW_PROTOCOL: ext::, fd:: and helpers are blocked by git
@@ -38,7 +38,14 @@ REPOSITORY_VARIABLES = (
     "GIT_OBJECT_DIRECTORY",
     "GIT_ALTERNATE_OBJECT_DIRECTORIES",
     "GIT_NAMESPACE",
+    "GIT_IMPLICIT_WORK_TREE",
 )
+# The hooks each tool would have run, for the note that says they were not (see gitconfig.FIXED_OVERRIDES).
+REF_HOOKS = ("reference-transaction",)
+COMMIT_HOOKS = ("pre-commit", "prepare-commit-msg", "commit-msg", "post-commit", *REF_HOOKS)
+PULL_HOOKS = ("pre-merge-commit", "post-merge", *REF_HOOKS)
+PUSH_HOOKS = ("pre-push", *REF_HOOKS)
+CHECKOUT_HOOKS = ("post-checkout", *REF_HOOKS)
 
 
 @dataclass(frozen=True)
@@ -46,7 +53,10 @@ class Repository:
     """A checked repository: `cwd` is the directory named (git runs there), inside the workspace."""
 
     cwd: Path
-    has_commits: bool
+    layout: Layout
+    env: dict[str, str]
+    overrides: gitconfig.Overrides = field(default_factory=gitconfig.Overrides)
+    config: tuple[gitconfig.ConfigEntry, ...] = ()
 
 
 def combined_output(result: ExecResult) -> str:
@@ -57,33 +67,48 @@ def combined_output(result: ExecResult) -> str:
     return "\n".join(parts)
 
 
-def find_repository(workspace: Workspace, real: Path) -> Repository:
-    """The repository containing `real`, refused unless its working tree and git directory are in the workspace.
-
-    GitPython walks up without honouring GIT_CEILING_DIRECTORIES, so a repository it finds above the workspace
-    (the workspace inside another checkout) is refused here, with the same message as no repository at all.
-    """
-    failure = ToolFailure(f"Error: {real} is not a git repository")
-    try:
-        repo = git.Repo(real, search_parent_directories=True)
-    except (InvalidGitRepositoryError, NoSuchPathError, OSError):
-        raise failure from None
-    try:
-        places = [repo.git_dir, repo.working_tree_dir or repo.git_dir]
-        if not all(workspace.contains(Path(os.path.realpath(place))) for place in places):
-            raise failure
-        return Repository(cwd=real, has_commits=_has_commits(repo))
-    finally:
-        repo.close()
+def with_notes(output: str, notes: Sequence[str]) -> str:
+    return "\n".join([output, *notes]) if output else "\n".join(notes)
 
 
-def _has_commits(repo: git.Repo) -> bool:
-    # Resolving the ref only reads files; `repo.head.is_valid()` would start `git cat-file` with os.environ.
-    try:
-        git.SymbolicReference.dereference_recursive(repo, "HEAD")
-    except (ValueError, OSError):
-        return False
-    return True
+def layout_environment(layout: Layout) -> dict[str, str]:
+    """The variables that tell git which repository it is, so it neither discovers nor relocates one."""
+    env = {"GIT_DIR": str(layout.git_dir)}
+    if layout.work_tree is None:
+        env["GIT_IMPLICIT_WORK_TREE"] = "0"  # bare: not the current directory as a working tree
+    else:
+        env["GIT_WORK_TREE"] = str(layout.work_tree)
+    return env
+
+
+def check_work_tree(layout: Layout, real: Path, configured: str | None) -> None:
+    """Refuse a core.worktree that moves the working tree away from the usual layout (or gives a bare one)."""
+    if configured is None or layout.linked:
+        return  # git takes no core.worktree from a linked worktree's config
+    if layout.work_tree is not None and configured_work_tree(layout, configured) == layout.work_tree:
+        return  # a submodule's git directory names its own working tree
+    raise ToolFailure(
+        f"Error: {real} is not a git repository in a usual layout: its config moves the working tree "
+        f"(core.worktree = {configured}); the git tools use only <dir>/.git or a bare repository named directly"
+    )
+
+
+def skipped_hooks(repo: Repository, names: Sequence[str]) -> list[str]:
+    """A note naming the hooks among `names` the repository has and git would have run, if any."""
+    layout, hooks_path = repo.layout, repo.overrides.hooks_path
+    if hooks_path is None:
+        directory = layout.common_dir / "hooks"
+    else:
+        directory = Path(os.path.expanduser(hooks_path))
+        if not directory.is_absolute():
+            directory = (layout.work_tree or layout.git_dir) / directory
+    present = [name for name in names if os.access(directory / name, os.X_OK) and (directory / name).is_file()]
+    if not present:
+        return []
+    return [
+        f"Note: this repository's hooks were not run ({', '.join(present)}): the git tools never run hooks; "
+        "run git with terminal_exec to use them."
+    ]
 
 
 class GitOps:
@@ -92,21 +117,32 @@ class GitOps:
     env: dict[str, str]
 
     # --- plumbing ------------------------------------------------------------------------------------------------
-    def _git_env(self) -> dict[str, str]:
-        env = {name: value for name, value in self.env.items() if name not in REPOSITORY_VARIABLES}
+    def _git_env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        """Our clean environment with the fixed overrides, plus `extra` (a repository's own variables)."""
+        env = {
+            name: value
+            for name, value in self.env.items()
+            if name not in REPOSITORY_VARIABLES and not gitconfig.is_config_variable(name)
+        }
         env["GIT_TERMINAL_PROMPT"] = "0"
         env["GIT_CEILING_DIRECTORIES"] = str(self.workspace.root.parent)  # never discover a repository above us
         env["GIT_ALLOW_PROTOCOL"] = ALLOWED_PROTOCOLS
+        env["GIT_EDITOR"] = env["GIT_SEQUENCE_EDITOR"] = ":"
+        env["GIT_PAGER"] = "cat"
+        env.update(gitconfig.config_environment(gitconfig.FIXED_OVERRIDES))
+        env.update(extra or {})
         return env
 
-    async def _run(self, cwd: Path, args: Sequence[str], timeout: float = LOCAL_TIMEOUT) -> ExecResult:
-        """`git <args>` in `cwd`; a timeout becomes a ToolFailure, any exit code is returned."""
+    async def _run(
+        self, cwd: Path, args: Sequence[str], timeout: float = LOCAL_TIMEOUT, env: dict[str, str] | None = None
+    ) -> ExecResult:
+        """`git <args>` in `cwd` (with `env`, by default `_git_env()`); a timeout becomes a ToolFailure."""
         command = next((arg for arg in args if not arg.startswith("-") and "=" not in arg), "command")
         try:
             result = await run_process(
-                ["git", *args],
+                gitconfig.command_argv(args),
                 cwd=str(cwd),
-                env=self._git_env(),
+                env=self._git_env() if env is None else env,
                 timeout=timeout,
                 output_budget=OUTPUT_BUDGET,
                 listener=None,
@@ -119,31 +155,56 @@ class GitOps:
             raise ToolFailure(f"Error: git {command} timed out after {timeout:g}s")
         return result
 
-    async def _git(self, cwd: Path, args: Sequence[str], timeout: float = LOCAL_TIMEOUT) -> str:
+    async def _git(
+        self, cwd: Path, args: Sequence[str], timeout: float = LOCAL_TIMEOUT, env: dict[str, str] | None = None
+    ) -> str:
         """`git <args>` in `cwd`; its combined output, or a ToolFailure carrying it when git fails."""
-        result = await self._run(cwd, args, timeout)
+        result = await self._run(cwd, args, timeout, env)
         output = combined_output(result)
         if result.exit_code != 0:
             raise ToolFailure("Error: " + (output or f"git exited with status {result.exit_code}"))
         return output
 
     async def _repository(self, path: str | None) -> Repository:
+        """The repository `path` is in, with the environment that turns off every program its config names."""
         real = self.workspace.resolve(path)
         if not real.is_dir():
             raise ToolFailure(f"Error: {real} is not a directory")
-        return await asyncio.to_thread(find_repository, self.workspace, real)
+        layout = await asyncio.to_thread(find_layout, self.workspace, real)
+        located = self._git_env(layout_environment(layout))
+        listing = await self._git(real, ["config", "-z", "--show-scope", "--list"], env=located)
+        config = tuple(gitconfig.parse_listing(listing))
+        overrides = gitconfig.repository_overrides(config, self.env)
+        check_work_tree(layout, real, overrides.work_tree)
+        pairs = (*gitconfig.FIXED_OVERRIDES, *overrides.pairs)
+        env = {**located, **gitconfig.config_environment(pairs), **overrides.env}
+        return Repository(cwd=real, layout=layout, env=env, overrides=overrides, config=config)
 
-    async def _check_branch(self, name: str, cwd: Path, check_syntax: bool = True) -> None:
+    async def _in(self, repo: Repository, args: Sequence[str], timeout: float = LOCAL_TIMEOUT) -> str:
+        return await self._git(repo.cwd, args, timeout, repo.env)
+
+    async def _noted(
+        self, repo: Repository, args: Sequence[str], notes: Sequence[str], timeout: float = LOCAL_TIMEOUT,
+        default: str = "",
+    ) -> str:
+        """`_in`, with `notes` (what was turned off) after the output, or after the error text when git failed."""
+        try:
+            output = await self._in(repo, args, timeout) or default
+        except ToolFailure as failure:
+            raise ToolFailure(with_notes(str(failure), notes)) from None
+        return with_notes(output, notes)
+
+    async def _check_branch(self, name: str, cwd: Path, env: dict[str, str] | None, check_syntax: bool = True) -> None:
         if check_syntax:
             gitargs.check_branch_syntax(name)
-        result = await self._run(cwd, ["check-ref-format", "--branch", name])
+        result = await self._run(cwd, ["check-ref-format", "--branch", name], env=env)
         if result.exit_code != 0:
             raise ToolFailure(f"Error: invalid branch name '{name}': git check-ref-format refuses it")
 
-    async def _check_remote(self, remote: str, cwd: Path) -> None:
+    async def _check_remote(self, remote: str, repo: Repository) -> None:
         """A remote configured in the repository, or else a URL that passes the clone checks."""
         gitargs.check_remote_name(remote)
-        configured = (await self._git(cwd, ["remote"])).split()
+        configured = (await self._in(repo, ["remote"])).split()
         if remote in configured:
             return
         if not gitargs.looks_like_url(remote):
@@ -151,15 +212,19 @@ class GitOps:
             raise ToolFailure(f"Error: '{remote}' is neither a remote of this repository (remotes: {known}) nor a URL")
         gitargs.check_repository_url(remote)
 
-    async def _identity_options(self, cwd: Path) -> list[str]:
+    async def _identity_options(self, repo: Repository) -> list[str]:
         """`-c user.name=... -c user.email=...` for whichever of the two the repository's config lacks."""
-        result = await self._run(cwd, ["config", "--get-regexp", r"^user\.(name|email)$"])
+        result = await self._run(repo.cwd, ["config", "--get-regexp", r"^user\.(name|email)$"], env=repo.env)
         configured = {line.split(" ", 1)[0] for line in result.stdout.splitlines()}
         options: list[str] = []
         for key, value in DEFAULT_IDENTITY.items():
             if key not in configured:
                 options += ["-c", f"{key}={value}"]
         return options
+
+    async def _has_commits(self, repo: Repository) -> bool:
+        result = await self._run(repo.cwd, ["rev-parse", "--verify", "--quiet", "HEAD"], env=repo.env)
+        return result.exit_code == 0
 
     # --- tools -----------------------------------------------------------------------------------------------------
     async def git_clone(self, repo_url: str, path: str | None, branch: str | None) -> str:
@@ -168,7 +233,7 @@ class GitOps:
         root = self.workspace.root
         args = ["clone", "--no-progress"]
         if branch is not None:
-            await self._check_branch(branch, root)
+            await self._check_branch(branch, root, None)
             args.append(f"--branch={branch}")
         args += ["--end-of-options", repo_url, str(dest)]
         output = await self._git(root, args, timeout=CLONE_TIMEOUT)
@@ -176,60 +241,88 @@ class GitOps:
 
     async def git_status(self, path: str | None) -> str:
         repo = await self._repository(path)
-        return await self._git(repo.cwd, ["status"])
+        return await self._noted(repo, ["status"], repo.overrides.notes(filters=True, merges=False))
 
     async def git_commit(self, message: str, path: str | None) -> str:
         if "\x00" in message:
             raise ToolFailure("Error: the commit message contains a NUL byte")
         repo = await self._repository(path)
-        await self._git(repo.cwd, ["add", "-A"])
-        identity = await self._identity_options(repo.cwd)
-        return await self._git(repo.cwd, [*identity, "commit", "-m", message])
+        notes = repo.overrides.notes(filters=True, merges=False) + skipped_hooks(repo, COMMIT_HOOKS)
+        await self._noted(repo, ["add", "-A"], notes)
+        identity = await self._identity_options(repo)
+        return await self._noted(repo, [*identity, "commit", "-m", message], notes)
 
     async def git_push(self, remote: str | None, branch: str | None, path: str | None) -> str:
         repo = await self._repository(path)
-        args = await self._remote_args(repo.cwd, remote, branch)
-        return await self._git(repo.cwd, ["push", "--end-of-options", *args], timeout=NETWORK_TIMEOUT) or "Pushed"
+        args = await self._remote_args(repo, remote, branch)
+        pack = await self._pack_program(repo, args[0], "receive-pack")
+        command = ["push", *pack, "--end-of-options", *args]
+        return await self._noted(repo, command, skipped_hooks(repo, PUSH_HOOKS), NETWORK_TIMEOUT, "Pushed")
 
     async def git_pull(self, remote: str | None, branch: str | None, path: str | None) -> str:
         repo = await self._repository(path)
-        args = await self._remote_args(repo.cwd, remote, branch)
-        identity = await self._identity_options(repo.cwd)  # a pull may create a merge commit
-        command = [*identity, "pull", "--end-of-options", *args]
-        return await self._git(repo.cwd, command, timeout=NETWORK_TIMEOUT) or "Pulled"
+        args = await self._remote_args(repo, remote, branch)
+        identity = await self._identity_options(repo)  # a pull may create a merge commit
+        pack = await self._pack_program(repo, args[0], "upload-pack")
+        command = [*identity, "pull", *pack, "--end-of-options", *args]
+        notes = repo.overrides.notes(filters=True, merges=True) + skipped_hooks(repo, PULL_HOOKS)
+        return await self._noted(repo, command, notes, NETWORK_TIMEOUT, "Pulled")
 
-    async def _remote_args(self, cwd: Path, remote: str | None, branch: str | None) -> list[str]:
+    async def _pack_program(self, repo: Repository, remote: str, command: str) -> list[str]:
+        """`--receive-pack=`/`--upload-pack=` with our overrides when `remote` is reached on this machine.
+
+        There git runs that program in the other repository, with its config and hooks, and without our
+        command-scope config; so it gets ours on its command line, which also replaces the program a
+        repository's `remote.<name>.receivepack`/`uploadpack` would name. Over ssh it runs on the other host.
+        """
+        if gitargs.looks_like_url(remote):
+            # As git will rewrite it: url.<base>.insteadOf (what ls-remote prints), pushInsteadOf for a push.
+            expanded = await self._in(repo, ["ls-remote", "--get-url", "--end-of-options", remote])
+            urls = [remote, *expanded.splitlines()]
+            rewritten = gitconfig.push_rewrite(remote, repo.config) if command == "receive-pack" else None
+            urls += [rewritten] if rewritten else []
+        else:
+            push = ["--push"] if command == "receive-pack" else []
+            urls = (await self._in(repo, ["remote", "get-url", *push, "--all", remote])).splitlines()
+        if not any(gitargs.is_local_url(url) for url in urls):
+            return []
+        return [f"--{command}={gitconfig.local_pack_program(command)}"]
+
+    async def _remote_args(self, repo: Repository, remote: str | None, branch: str | None) -> list[str]:
         remote = remote or "origin"
-        await self._check_remote(remote, cwd)
+        await self._check_remote(remote, repo)
         if not branch:
             return [remote]
         gitargs.check_refspec_branch(branch)
-        await self._check_branch(branch, cwd, check_syntax=False)
+        await self._check_branch(branch, repo.cwd, repo.env, check_syntax=False)
         return [remote, branch]
 
     async def git_branch(self, name: str | None, path: str | None) -> str:
         repo = await self._repository(path)
         if name is None:
-            return await self._git(repo.cwd, ["branch", "-a"]) or "(no branches yet)"
-        await self._check_branch(name, repo.cwd)
-        return await self._git(repo.cwd, ["branch", "--end-of-options", name]) or f"Created branch {name}"
+            return await self._in(repo, ["branch", "-a"]) or "(no branches yet)"
+        await self._check_branch(name, repo.cwd, repo.env)
+        command = ["branch", "--end-of-options", name]
+        return await self._noted(repo, command, skipped_hooks(repo, REF_HOOKS), default=f"Created branch {name}")
 
     async def git_checkout(self, branch: str, path: str | None) -> str:
         repo = await self._repository(path)
-        await self._check_branch(branch, repo.cwd)
+        await self._check_branch(branch, repo.cwd, repo.env)
         # No --end-of-options here: git 2.39's checkout then counts the trailing "--" as a second reference.
         # The name cannot start with '-' (checked above), and "--" ends the options and starts the pathspecs.
-        return await self._git(repo.cwd, ["checkout", branch, "--"])
+        notes = repo.overrides.notes(filters=True, merges=False) + skipped_hooks(repo, CHECKOUT_HOOKS)
+        return await self._noted(repo, ["checkout", branch, "--"], notes)
 
     async def git_diff(self, path: str | None) -> str:
         repo = await self._repository(path)
-        return await self._git(repo.cwd, ["diff"]) or "(no changes)"
+        notes = repo.overrides.notes(filters=True, merges=False)
+        return await self._noted(repo, ["diff"], notes, default="(no changes)")
 
     async def git_log(self, n: int, path: str | None) -> str:
         if n < 1:
             raise ToolFailure(f"Error: n must be at least 1 (got {n})")
         repo = await self._repository(path)
-        if not repo.has_commits:
+        if not await self._has_commits(repo):
             return "(no commits yet)"
         count = min(n, MAX_LOG_ENTRIES)
-        return await self._git(repo.cwd, ["log", f"--max-count={count}", "--format=%h %s"])
+        return await self._in(repo, ["log", f"--max-count={count}", "--format=%h %s"])

@@ -66,6 +66,16 @@ def looks_like_url(value: str) -> bool:
     return "/" in value or ":" in value
 
 
+def is_local_url(url: str) -> bool:
+    """Whether git reaches `url` on this machine (connect.c's `url_is_local_not_ssh`, or `file://`)."""
+    if url.startswith("file://"):
+        return True
+    if "://" in url:
+        return False
+    colon, slash = url.find(":"), url.find("/")
+    return colon < 0 or 0 <= slash < colon
+
+
 def directory_name_from_url(url: str) -> str:
     """The directory `git clone` would create for `url`: its last path component without `.git`."""
     stripped = url.rstrip("/")
