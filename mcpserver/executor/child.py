@@ -28,10 +28,11 @@ LOST_WAIT = 2.0  # how long a child that dropped a call may take to exit before 
 
 
 class ExecutorChild:
-    def __init__(self, workspace: str, env_allow: Iterable[str] = ()) -> None:
+    def __init__(self, workspace: str, env_allow: Iterable[str] = (), limits: Iterable[str] = ()) -> None:
         self.workspace = workspace
         self._allowed = tuple(env_allow)
         self.env_allow = ",".join(self._allowed)
+        self.limits = tuple(limits)  # e.g. ("--max-processes", "1024"): __main__'s options, from the settings
         # A short private directory: socket paths are limited to 107 bytes, and only we should see this one.
         self._dir = Path(tempfile.mkdtemp(prefix="sandstorm-exec-"))
         self.socket_path = str(self._dir / "executor.sock")
@@ -59,7 +60,7 @@ class ExecutorChild:
             argv = [
                 sys.executable, "-m", "mcpserver.executor",
                 "--socket", self.socket_path, "--workspace", self.workspace,
-                "--allow-uid", str(os.getuid()), "--env-allow", self.env_allow, "--watch-stdin",
+                "--allow-uid", str(os.getuid()), "--env-allow", self.env_allow, *self.limits, "--watch-stdin",
             ]  # fmt: skip
             self._listening = False
             self._process = subprocess.Popen(
