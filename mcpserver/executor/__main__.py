@@ -15,7 +15,7 @@ from pathlib import Path
 
 from mcpserver.executor import rlimits
 from mcpserver.executor.local import LocalExecutor
-from mcpserver.executor.rlimits import DEFAULT_MAX_PROCESSES, ToolLimits, default_max_memory
+from mcpserver.executor.rlimits import DEFAULT_MAX_PROCESSES, MIN_MAX_MEMORY, ToolLimits, default_max_memory
 from mcpserver.executor.savedoutput import DEFAULT_MAX_BYTES
 from mcpserver.executor.service import ExecutorService, bind_socket, logger
 from sandstorm_site.jsonlog import JsonFormatter  # plain logging, no Django
@@ -33,16 +33,16 @@ def uid_of(value: str) -> int:
         raise argparse.ArgumentTypeError(f"no such user: {value}") from error
 
 
-def count_of(variable: str) -> Callable[[str], int]:
-    """An argparse type: a whole number of 0 or more; the error names the variable it may come from."""
+def count_of(variable: str, smallest: int = 1) -> Callable[[str], int]:
+    """An argparse type: 0 (off) or a whole number of at least `smallest`; the error names the variable."""
 
     def parse(value: str) -> int:
         try:
             number = int(value.strip())
         except ValueError:
             raise argparse.ArgumentTypeError(f"{variable} must be a whole number, not {value!r}") from None
-        if number < 0:
-            raise argparse.ArgumentTypeError(f"{variable} must be 0 or more, not {number}")
+        if number < 0 or 0 < number < smallest:
+            raise argparse.ArgumentTypeError(f"{variable} must be 0 (off) or at least {smallest}, not {number}")
         return number
 
     return parse
@@ -69,7 +69,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--max-memory",
-        type=count_of("SANDSTORM_TOOL_MAX_MEMORY"),
+        type=count_of("SANDSTORM_TOOL_MAX_MEMORY", MIN_MAX_MEMORY),
         default=os.environ.get("SANDSTORM_TOOL_MAX_MEMORY", str(default_max_memory())),
         help="bytes of private memory per tool process (RLIMIT_DATA); 0: no limit "
         "(default: $SANDSTORM_TOOL_MAX_MEMORY, else half the RAM)",

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 logger = logging.getLogger(__name__)
 
+MIN_MAX_MEMORY = 64 * 1024 * 1024  # below it the executor itself (which the limit binds too) could not run
 DEFAULT_MAX_PROCESSES = 1024  # far more than a build's compilers and a browser's threads; far less than a fork bomb's
 BASE_TTL = 1.0  # seconds a reading of the host's task count is reused
 
