@@ -143,7 +143,6 @@ class StreamCapture:
         tail = _trim_incomplete_start(bytes(self.tail)).decode("utf-8", errors="replace")
         return f"{head}\n[... {omitted} bytes omitted; {where}]\n{tail}"
 
-
     def _where(self) -> str:
         if self.budget_full and self.path:
             return f"{self.path} holds only its first {self._spilled} bytes: {self._saved.full_message()}"

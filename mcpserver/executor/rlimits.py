@@ -59,7 +59,7 @@ class LimitKeeper:
     def apply(self) -> None:
         """At start-up: the memory limit (it does not change); the process limit is set before each spawn."""
         if self.limits.max_memory:
-            _lower(resource.RLIMIT_DATA, self.limits.max_memory, hard_too=True)
+            _set_limit(resource.RLIMIT_DATA, self.limits.max_memory, hard_too=True)
 
     def before_spawn(self) -> None:
         """Refresh the relative process limit (at most once per BASE_TTL): a new command may add max_processes."""
@@ -69,7 +69,7 @@ class LimitKeeper:
         if now < self._nproc_until:
             return
         self._nproc_until = now + BASE_TTL
-        _lower(resource.RLIMIT_NPROC, host_task_count() + self.limits.max_processes)
+        _set_limit(resource.RLIMIT_NPROC, host_task_count() + self.limits.max_processes)
 
     def refresh_now(self) -> None:
         """A spawn failed with EAGAIN: the host's count may have grown past our reading; read it again."""
@@ -90,8 +90,9 @@ class LimitKeeper:
             logger.info("cannot pin the process limit of process %d", pid)
 
 
-def _lower(which: int, value: int, *, hard_too: bool = False) -> None:
-    """Set the soft limit (and the hard one if `hard_too`) to `value`, or to the hard limit if that is lower."""
+def _set_limit(which: int, value: int, *, hard_too: bool = False) -> None:
+    """Set the soft limit (and the hard one if `hard_too`) to `value`, or to the hard limit if that is lower (only
+    privileged processes may exceed it)."""
     _soft, hard = resource.getrlimit(which)
     value = value if hard == resource.RLIM_INFINITY else min(value, hard)
     resource.setrlimit(which, (value, value if hard_too else hard))
