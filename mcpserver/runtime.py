@@ -31,7 +31,12 @@ def build_executor() -> tuple[RemoteExecutor, ExecutorChild | None]:
     root = str(settings.WORKSPACE_ROOT)
     if settings.EXECUTOR_SOCKET:
         return RemoteExecutor(settings.EXECUTOR_SOCKET, root), None
-    child = ExecutorChild(root, settings.TOOL_ENV_ALLOW)
+    limits = (
+        "--max-processes", str(settings.TOOL_MAX_PROCESSES),
+        "--max-memory", str(settings.TOOL_MAX_MEMORY),
+        "--output-max-bytes", str(settings.OUTPUT_MAX_BYTES),
+    )  # fmt: skip
+    child = ExecutorChild(root, settings.TOOL_ENV_ALLOW, limits)
     return child.remote(), child
 
 

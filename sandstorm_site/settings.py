@@ -8,6 +8,8 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
+from mcpserver.executor.rlimits import DEFAULT_MAX_PROCESSES, MIN_MAX_MEMORY, default_max_memory
+from mcpserver.executor.savedoutput import DEFAULT_MAX_BYTES as DEFAULT_OUTPUT_MAX_BYTES
 from sandstorm_site.env import env_bool, env_int, env_path, env_secret, env_str, env_url, read_or_create_secret_file
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -55,6 +57,13 @@ ACCESS_TOKEN_TTL = env_int("SANDSTORM_ACCESS_TOKEN_TTL", 3600, minimum=60)
 REGISTRATION_RATE_LIMIT = env_int("SANDSTORM_REGISTRATION_RATE_LIMIT", 20)
 # Variables a tool process may see beyond the fixed clean set (comma-separated names).
 TOOL_ENV_ALLOW = tuple(name for name in env_str("SANDSTORM_TOOL_ENV_ALLOW", "").split(",") if name.strip())
+# Limits of tool processes, applied by the executor (development: passed to the one the server starts; production:
+# read by the executor from its own env file). 0 turns each off.
+TOOL_MAX_PROCESSES = env_int("SANDSTORM_TOOL_MAX_PROCESSES", DEFAULT_MAX_PROCESSES)
+TOOL_MAX_MEMORY = env_int("SANDSTORM_TOOL_MAX_MEMORY", default_max_memory())
+if 0 < TOOL_MAX_MEMORY < MIN_MAX_MEMORY:
+    raise ImproperlyConfigured(f"SANDSTORM_TOOL_MAX_MEMORY must be 0 (off) or at least {MIN_MAX_MEMORY}, not {TOOL_MAX_MEMORY}")
+OUTPUT_MAX_BYTES = env_int("SANDSTORM_OUTPUT_MAX_BYTES", DEFAULT_OUTPUT_MAX_BYTES)
 
 # --- hosts -------------------------------------------------------------------------------------------------------
 _public = urlsplit(PUBLIC_URL)

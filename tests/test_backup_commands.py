@@ -46,6 +46,21 @@ def test_prune_output_removes_old_output_files_and_keeps_recent_ones(tmp_path: P
     assert "1 of 2 files removed" in result.stdout
 
 
+def test_prune_output_deletes_the_oldest_files_until_the_directory_is_within_its_budget(tmp_path: Path) -> None:
+    server = make_server(tmp_path, SANDSTORM_OUTPUT_MAX_BYTES="250")
+    output = server.workspace / ".sandstorm" / "output"
+    output.mkdir(parents=True)
+    now = time.time()
+    for name, age in {"exec-a.stdout.log": 300, "exec-b.stdout.log": 200, "exec-c.stdout.log": 100}.items():
+        (output / name).write_bytes(b"x" * 100)
+        os.utime(output / name, (now - age, now - age))
+    result = server.manage("prune_output")
+    assert sorted(path.name for path in output.iterdir()) == ["exec-b.stdout.log", "exec-c.stdout.log"]
+    assert result.stdout.strip() == f"Pruned {output}: 1 of 3 files removed; 200 bytes left of its budget of 250."
+    emptied = server.manage("prune_output", "--max-bytes", "0")
+    assert not list(output.iterdir()) and "2 of 2 files removed; 0 bytes left" in emptied.stdout
+
+
 def test_prune_output_without_an_output_directory_does_nothing(tmp_path: Path) -> None:
     server = make_server(tmp_path)
     result = subprocess.run([sys.executable, "manage.py", "prune_output"], cwd=REPO, env=server.env, capture_output=True, text=True, check=True)

@@ -15,6 +15,7 @@ from mcpserver.executor.git import GitOps
 from mcpserver.executor.gitargs import directory_name_from_url
 from mcpserver.executor.interface import ToolFailure
 from mcpserver.executor.paths import Workspace
+from mcpserver.executor.savedoutput import SavedOutput
 
 
 class GitExecutor(GitOps):
@@ -22,6 +23,7 @@ class GitExecutor(GitOps):
         self.workspace = Workspace(root)
         self.root = str(self.workspace.root)
         self.env = {**clean_environment(), "HOME": str(home)}  # a HOME without ~/.gitconfig: no identity
+        self.saved_output = SavedOutput(self.workspace)
 
 
 def setup_env(home: Path) -> dict[str, str]:

@@ -14,10 +14,10 @@ import psutil
 import pytest
 
 from mcpserver.executor import capture, processes, spawn
-from mcpserver.executor.capture import prune_output_dir
 from mcpserver.executor.environment import clean_environment
 from mcpserver.executor.interface import ToolFailure
 from mcpserver.executor.paths import Workspace
+from mcpserver.executor.savedoutput import SavedOutput
 from mcpserver.executor.processes import ProcessOps, read_start_ticks
 
 pytestmark = pytest.mark.anyio
@@ -31,6 +31,7 @@ class _Executor(ProcessOps):
         self.workspace = Workspace(root)
         self.root = str(self.workspace.root)
         self.env = clean_environment()
+        self.saved_output = SavedOutput(self.workspace)
 
 
 @pytest.fixture
@@ -289,22 +290,16 @@ async def test_spilling_prunes_stale_files_from_the_output_dir(executor: _Execut
     assert not stale.exists()
 
 
-def test_pruning_removes_old_files_then_the_oldest_until_under_the_size_cap(tmp_path: Path) -> None:
+def test_pruning_removes_old_files_then_the_oldest_until_within_the_budget(tmp_path: Path) -> None:
+    saved = SavedOutput(Workspace(tmp_path), max_bytes=250)
+    saved.create()
     now = time.time()
     ages = {"ancient": 8 * 24 * 3600, "old": 300, "middle": 200, "new": 100}
     for name, age in ages.items():
-        (tmp_path / name).write_bytes(b"x" * 100)
-        os.utime(tmp_path / name, (now - age, now - age))
-    prune_output_dir(tmp_path, max_bytes=250)
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["middle", "new"]
-
-
-def test_pruning_never_removes_the_file_being_written(tmp_path: Path) -> None:
-    keep = tmp_path / "current"
-    keep.write_bytes(b"x" * 1000)
-    os.utime(keep, (0, 0))
-    prune_output_dir(tmp_path, keep=keep, max_bytes=10)
-    assert keep.exists()
+        (saved.directory / name).write_bytes(b"x" * 100)
+        os.utime(saved.directory / name, (now - age, now - age))
+    assert saved.prune() == (2, 4, 200)
+    assert sorted(path.name for path in saved.directory.iterdir()) == ["middle", "new"]
 
 
 # --- background processes ------------------------------------------------------------------------------------------

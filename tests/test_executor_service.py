@@ -281,3 +281,20 @@ async def test_a_frame_over_the_size_limit_is_rejected_before_it_is_read() -> No
 def test_results_keep_their_types_across_the_wire() -> None:
     result = ExecResult("out", "err", 0, False, False, 5, None, 3, 3)
     assert wire.from_wire(wire.decode(wire.encode({"ok": wire.to_wire(result)})[wire.HEADER.size :])["ok"]) == result
+
+
+def test_the_executor_reads_its_limits_from_its_environment_and_names_a_bad_one(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mcpserver.executor.__main__ import parse_args
+
+    argv = ["--socket", "/tmp/unused.sock", "--workspace", "/tmp", "--allow-uid", "0"]
+    monkeypatch.setenv("SANDSTORM_TOOL_MAX_PROCESSES", "77")
+    monkeypatch.setenv("SANDSTORM_OUTPUT_MAX_BYTES", "0")
+    options = parse_args(argv)
+    assert (options.max_processes, options.output_max_bytes) == (77, 0)
+    assert parse_args([*argv, "--max-processes", "5"]).max_processes == 5  # the server's value wins (development)
+    monkeypatch.setenv("SANDSTORM_TOOL_MAX_MEMORY", "12")
+    with pytest.raises(SystemExit):
+        parse_args(argv)
+    assert "SANDSTORM_TOOL_MAX_MEMORY must be 0 (off) or at least 67108864, not 12" in capsys.readouterr().err

@@ -9,6 +9,7 @@ import pytest
 from mcpserver.executor.environment import clean_environment
 from mcpserver.executor.interface import ToolFailure
 from mcpserver.executor.paths import Workspace
+from mcpserver.executor.savedoutput import SavedOutput
 from mcpserver.executor.workspace import WorkspaceOps, choose_manager, install_command, validate_packages
 
 HEADERS = [f"=== {name} ===" for name in ("OS", "Node", "Git", "Disk", "CWD", "Tools", "Memory")]
@@ -19,6 +20,7 @@ class _Executor(WorkspaceOps):
         self.workspace = Workspace(root)
         self.root = str(self.workspace.root)
         self.env = clean_environment()
+        self.saved_output = SavedOutput(self.workspace)
         if path is not None:
             self.env["PATH"] = path
 
@@ -173,7 +175,7 @@ async def test_install_passes_names_as_arguments_not_through_a_shell(workspace: 
     result = await executor.install(["requests>=2.31,<3", "foo[bar]"], "pip")
     assert result.exit_code == 0
     assert result.stdout == "-m\npip\ninstall\nrequests>=2.31,<3\nfoo[bar]\n"
-    assert sorted(path.name for path in workspace.iterdir()) == [".sandstorm"]  # no file made by a `>` redirect
+    assert sorted(path.name for path in workspace.iterdir()) == []  # no file from a `>` redirect, no output directory (nothing saved)
 
 
 @pytest.mark.anyio

@@ -34,6 +34,8 @@ def run_manage(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedPr
         ("SANDSTORM_PUBLIC_URL", "https://0x7f.0.0.1", "SANDSTORM_PUBLIC_URL must name its host plainly"),
         ("SANDSTORM_RATE_LIMIT", "-1", "SANDSTORM_RATE_LIMIT must be at least 0"),
         ("DATABASE_URL", "mysql://x/y", "DATABASE_URL must be a postgres"),
+        ("SANDSTORM_TOOL_MAX_MEMORY", "1000", "SANDSTORM_TOOL_MAX_MEMORY must be 0 (off) or at least 67108864"),
+        ("SANDSTORM_OUTPUT_MAX_BYTES", "-5", "SANDSTORM_OUTPUT_MAX_BYTES must be at least 0"),
     ],
 )
 def test_a_bad_value_stops_start_up_with_one_line_naming_the_variable(tmp_path: Path, variable: str, value: str, expected: str) -> None:

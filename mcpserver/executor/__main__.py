@@ -13,8 +13,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from mcpserver.executor import rlimits
 from mcpserver.executor.handover import HandedOver
 from mcpserver.executor.local import LocalExecutor
+from mcpserver.executor.rlimits import DEFAULT_MAX_PROCESSES, MIN_MAX_MEMORY, ToolLimits, default_max_memory
+from mcpserver.executor.savedoutput import DEFAULT_MAX_BYTES
 from mcpserver.executor.service import ExecutorService, bind_socket, logger
 from sandstorm_site.jsonlog import JsonFormatter  # plain logging, no Django
 
@@ -31,6 +34,21 @@ def uid_of(value: str) -> int:
         raise argparse.ArgumentTypeError(f"no such user: {value}") from error
 
 
+def count_of(variable: str, smallest: int = 1) -> Callable[[str], int]:
+    """An argparse type: 0 (off) or a whole number of at least `smallest`; the error names the variable."""
+
+    def parse(value: str) -> int:
+        try:
+            number = int(value.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{variable} must be a whole number, not {value!r}") from None
+        if number < 0 or 0 < number < smallest:
+            raise argparse.ArgumentTypeError(f"{variable} must be 0 (off) or at least {smallest}, not {number}")
+        return number
+
+    return parse
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m mcpserver.executor", description="Sandstorm's tool executor.")
     parser.add_argument(
@@ -42,6 +60,26 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--env-allow",
         default=os.environ.get("SANDSTORM_TOOL_ENV_ALLOW", ""),
         help="comma-separated variables tool processes may inherit (default: $SANDSTORM_TOOL_ENV_ALLOW)",
+    )
+    parser.add_argument(
+        "--max-processes",
+        type=count_of("SANDSTORM_TOOL_MAX_PROCESSES"),
+        default=os.environ.get("SANDSTORM_TOOL_MAX_PROCESSES", str(DEFAULT_MAX_PROCESSES)),
+        help="processes and threads a command may add to the host's (RLIMIT_NPROC); 0: no limit "
+        f"(default: $SANDSTORM_TOOL_MAX_PROCESSES, else {DEFAULT_MAX_PROCESSES})",
+    )
+    parser.add_argument(
+        "--max-memory",
+        type=count_of("SANDSTORM_TOOL_MAX_MEMORY", MIN_MAX_MEMORY),
+        default=os.environ.get("SANDSTORM_TOOL_MAX_MEMORY", str(default_max_memory())),
+        help="bytes of private memory per tool process (RLIMIT_DATA); 0: no limit "
+        "(default: $SANDSTORM_TOOL_MAX_MEMORY, else half the RAM)",
+    )
+    parser.add_argument(
+        "--output-max-bytes",
+        type=count_of("SANDSTORM_OUTPUT_MAX_BYTES"),
+        default=os.environ.get("SANDSTORM_OUTPUT_MAX_BYTES", str(DEFAULT_MAX_BYTES)),
+        help=f"budget of saved command output; 0: none (default: $SANDSTORM_OUTPUT_MAX_BYTES, else {DEFAULT_MAX_BYTES})",
     )
     parser.add_argument(
         "--log-format",
@@ -82,7 +120,8 @@ def inherited_listener() -> socket.socket | None:
 async def serve(options: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     allow = [name.strip() for name in options.env_allow.split(",") if name.strip()]
-    service = ExecutorService(LocalExecutor(options.workspace, allow), options.allow_uid)
+    rlimits.configure(ToolLimits(max_processes=options.max_processes, max_memory=options.max_memory))
+    service = ExecutorService(LocalExecutor(options.workspace, allow, options.output_max_bytes), options.allow_uid)
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
@@ -98,8 +137,10 @@ async def serve(options: argparse.Namespace) -> None:
         where, close = listener.getsockname(), server.close
     identity = service.identity()
     logger.info(
-        "executor ready on %s as %s (uid %d), workspace %s, serving uid %d",
+        "executor ready on %s as %s (uid %d), workspace %s, serving uid %d; limits: %s processes per command, "
+        "%s bytes of memory per process, %s bytes of saved output",
         where, identity["user"], identity["uid"], identity["root"], options.allow_uid,
+        options.max_processes or "no", options.max_memory or "no", options.output_max_bytes or "no",
     )  # fmt: skip
     try:
         await stop.wait()

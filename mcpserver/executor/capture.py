@@ -2,7 +2,9 @@
 
 A command may print far more than the server should hold (or send). Each stream keeps its first and last few
 kilobytes in memory; once it outgrows that room, everything (what was buffered, then every later chunk) goes
-to a file under the workspace's output directory, which the result names so the agent can page through it.
+to a file under the workspace's output directory, which the result names so the agent can page through it. The
+directory has a size budget (savedoutput.py): a stream that meets it is saved in part or not at all, and its text
+says so.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import BinaryIO
 
+from mcpserver.executor.savedoutput import SavedOutput
+
 logger = logging.getLogger(__name__)
 
 SPILL_CAP = 256 * 1024 * 1024  # bytes per spill file; past it the file ends with a line saying it was cut
-MAX_AGE_SECONDS = 7 * 24 * 3600
-MAX_DIR_BYTES = 1024 * 1024 * 1024
 PROGRESS_INTERVAL = 0.25  # seconds between listener calls: at most 4 a second
 PROGRESS_CHARS = 1024
 
@@ -28,32 +30,6 @@ PROGRESS_CHARS = 1024
 def spill_stem(label: str) -> str:
     """A fresh file-name stem such as `exec-20250101-120000-1a2b3c4d` for one run's output files."""
     return f"{label}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
-
-
-def prune_output_dir(
-    directory: Path, *, keep: Path | None = None, max_age: float = MAX_AGE_SECONDS, max_bytes: int = MAX_DIR_BYTES
-) -> None:
-    """Delete files older than `max_age`, then the oldest ones until the directory holds under `max_bytes`."""
-    now = time.time()
-    entries: list[tuple[float, int, Path]] = []
-    for path in directory.iterdir():
-        try:
-            info = path.lstat()
-        except FileNotFoundError:
-            continue  # removed meanwhile, e.g. by a concurrent prune
-        if path.is_symlink() or not path.is_file():
-            continue
-        entries.append((info.st_mtime, info.st_size, path))
-    entries.sort()
-    total = sum(size for _, size, _ in entries)
-    for mtime, size, path in entries:
-        if path == keep or (now - mtime <= max_age and total < max_bytes):
-            continue
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            pass
-        total -= size
 
 
 def _trim_incomplete_end(data: bytes) -> bytes:
@@ -78,7 +54,7 @@ def _trim_incomplete_start(data: bytes) -> bytes:
 class StreamCapture:
     """One stream (stdout or stderr): its head and tail in memory, its total size, and its spill file if any."""
 
-    def __init__(self, name: str, budget: int, output_dir: Path, stem: str) -> None:
+    def __init__(self, name: str, budget: int, saved: SavedOutput, stem: str) -> None:
         self.name = name
         self.head_room = max(budget // 4, 0)
         self.tail_room = max(budget // 4, 0)
@@ -86,10 +62,12 @@ class StreamCapture:
         self.tail = bytearray()
         self.total = 0
         self.path: Path | None = None
-        self._spill_target = output_dir / f"{stem}.{name}.log"
+        self._saved = saved
+        self._stem = stem
         self._file: BinaryIO | None = None
         self._spilled = 0
         self._spill_failed = False
+        self.budget_full = False  # the saved-output budget ran out: the file holds only a part, or there is none
 
     def feed(self, data: bytes) -> None:
         if self._file is None and self.total + len(data) > self.head_room + self.tail_room:
@@ -110,24 +88,34 @@ class StreamCapture:
     def _open_spill(self) -> None:
         if self._spill_failed:
             return
-        try:
-            self._file = open(self._spill_target, "xb")  # noqa: SIM115 - stays open while the command runs
-            prune_output_dir(self._spill_target.parent, keep=self._spill_target)
-        except OSError:
-            logger.exception("cannot create the output file %s", self._spill_target)
-            self._spill_failed = True
+        self._spill_failed = True  # opened once at most, whatever happens next
+        pending = bytes(self.head) + bytes(self.tail)  # nothing was dropped yet
+        if not self._saved.has_room():
+            self.budget_full = True
             return
-        self.path = self._spill_target
-        self._write_spill(bytes(self.head) + bytes(self.tail))  # nothing was dropped yet
+        target = self._saved.directory / f"{self._stem}.{self.name}.log"
+        try:
+            self._saved.create()
+            # Unbuffered: what was granted is on disk at once, so measuring the directory meanwhile counts it.
+            self._file = open(target, "xb", buffering=0)  # noqa: SIM115 - stays open while the command runs
+        except OSError:
+            logger.exception("cannot create the output file %s", target)
+            return
+        self.path = target
+        self._write_spill(pending)
 
     def _write_spill(self, data: bytes) -> None:
-        if self._file is None or self._spilled >= SPILL_CAP or not data:
+        if self._file is None or self._spilled >= SPILL_CAP or self.budget_full or not data:
             return
         part = data[: SPILL_CAP - self._spilled]
+        granted = self._saved.grant(len(part))
         try:
-            self._file.write(part)
-            self._spilled += len(part)
-            if self._spilled >= SPILL_CAP:
+            self._file.write(part[:granted])
+            self._spilled += granted
+            if granted < len(part):
+                self.budget_full = True
+                self._file.write(f"\n[output file cut at {self._spilled} bytes: the saved-output budget is full]\n".encode())
+            elif self._spilled >= SPILL_CAP:
                 self._file.write(f"\n[output file cut at {SPILL_CAP} bytes; the command printed more]\n".encode())
         except OSError:
             logger.exception("cannot write the output file %s", self.path)
@@ -150,10 +138,17 @@ class StreamCapture:
         if not self.cut:
             return (bytes(self.head) + bytes(self.tail)).decode("utf-8", errors="replace")
         omitted = self.total - len(self.head) - len(self.tail)
-        where = f"the whole {self.name} is in {self.path}" if self.path else f"the whole {self.name} was not saved"
+        where = self._where()
         head = _trim_incomplete_end(bytes(self.head)).decode("utf-8", errors="replace")
         tail = _trim_incomplete_start(bytes(self.tail)).decode("utf-8", errors="replace")
         return f"{head}\n[... {omitted} bytes omitted; {where}]\n{tail}"
+
+    def _where(self) -> str:
+        if self.budget_full and self.path:
+            return f"{self.path} holds only its first {self._spilled} bytes: {self._saved.full_message()}"
+        if self.budget_full:
+            return f"the whole {self.name} was not saved: {self._saved.full_message()}"
+        return f"the whole {self.name} is in {self.path}" if self.path else f"the whole {self.name} was not saved"
 
 
 class ProgressRelay:

@@ -37,10 +37,11 @@ ADDRESS = "the development executor's private channel"  # named in messages wher
 
 
 class ExecutorChild:
-    def __init__(self, workspace: str, env_allow: Iterable[str] = ()) -> None:
+    def __init__(self, workspace: str, env_allow: Iterable[str] = (), limits: Iterable[str] = ()) -> None:
         self.workspace = workspace
         self._allowed = tuple(env_allow)
         self.env_allow = ",".join(self._allowed)
+        self.limits = tuple(limits)  # e.g. ("--max-processes", "1024"): __main__'s options, from the settings
         self._process: subprocess.Popen[bytes] | None = None
         self._channel: socket.socket | None = None  # our end; connections go down it
         self._lock = threading.Lock()
@@ -71,7 +72,7 @@ class ExecutorChild:
             argv = [
                 sys.executable, "-m", "mcpserver.executor",
                 "--channel-fd", str(theirs.fileno()), "--workspace", self.workspace,
-                "--allow-uid", str(os.getuid()), "--env-allow", self.env_allow, "--watch-stdin",
+                "--allow-uid", str(os.getuid()), "--env-allow", self.env_allow, *self.limits, "--watch-stdin",
             ]  # fmt: skip
             try:
                 self._process = self._popen(argv, theirs.fileno())

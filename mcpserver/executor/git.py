@@ -21,6 +21,7 @@ from mcpserver.executor.gitlayout import Layout, configured_work_tree, find_layo
 from mcpserver.executor.interface import ExecResult, ToolFailure
 from mcpserver.executor.paths import Workspace
 from mcpserver.executor.processes import run_process
+from mcpserver.executor.savedoutput import SavedOutput
 
 CLONE_TIMEOUT = 120.0
 NETWORK_TIMEOUT = 60.0  # push and pull
@@ -115,6 +116,7 @@ class GitOps:
     workspace: Workspace
     root: str
     env: dict[str, str]
+    saved_output: SavedOutput
 
     # --- plumbing ------------------------------------------------------------------------------------------------
     def _git_env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -146,7 +148,7 @@ class GitOps:
                 timeout=timeout,
                 output_budget=OUTPUT_BUDGET,
                 listener=None,
-                output_dir=self.workspace.output_dir(),
+                saved=self.saved_output,
                 label="git",
             )
         except OSError as exc:

@@ -4,27 +4,29 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from mcpserver.executor.capture import prune_output_dir
 from mcpserver.executor.environment import clean_environment
 from mcpserver.executor.files import FileOps
 from mcpserver.executor.git import GitOps
-from mcpserver.executor.paths import OUTPUT_SUBDIR, SANDSTORM_DIR, Workspace
+from mcpserver.executor.paths import Workspace
 from mcpserver.executor.processes import ProcessOps
+from mcpserver.executor.savedoutput import DEFAULT_MAX_BYTES, SavedOutput
 from mcpserver.executor.workspace import WorkspaceOps
 
 
 class LocalExecutor(FileOps, ProcessOps, GitOps, WorkspaceOps):
-    def __init__(self, root: str, env_allow: Iterable[str] = ()) -> None:
+    def __init__(self, root: str, env_allow: Iterable[str] = (), output_max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.workspace = Workspace(root)
         self.root = str(self.workspace.root)
         self.env = clean_environment(env_allow)
+        self.saved_output = SavedOutput(self.workspace, output_max_bytes)
 
-    async def prune_output(self) -> str:
-        """Maintenance (not a tool): delete saved command output past its age and size limits."""
-        directory = self.workspace.root / SANDSTORM_DIR / OUTPUT_SUBDIR
+    async def prune_output(self, max_bytes: int | None = None) -> str:
+        """Maintenance (not a tool): delete saved command output past its age, then the oldest past `max_bytes`
+        (default: the budget)."""
+        directory = self.saved_output.directory
         if not directory.is_dir():
             return f"Nothing to prune: {directory} does not exist."
-        before = [path for path in directory.iterdir() if path.is_file()]
-        prune_output_dir(directory)
-        removed = sum(1 for path in before if not path.exists())
-        return f"Pruned {directory}: {removed} of {len(before)} files removed."
+        removed, files, left = self.saved_output.prune(max_bytes)
+        budget = self.saved_output.max_bytes
+        of_budget = f" of its budget of {budget}" if budget else " (no budget)"
+        return f"Pruned {directory}: {removed} of {files} files removed; {left} bytes left{of_budget}."

@@ -12,11 +12,12 @@ import os
 import signal
 import subprocess
 from collections.abc import Callable
-from pathlib import Path
 
-from mcpserver.executor.capture import ProgressRelay, StreamCapture, prune_output_dir, spill_stem
+from mcpserver.executor import rlimits
+from mcpserver.executor.capture import ProgressRelay, StreamCapture, spill_stem
 from mcpserver.executor.interface import BackgroundStart, ExecResult, OutputListener, ToolFailure
 from mcpserver.executor.paths import Workspace
+from mcpserver.executor.savedoutput import SavedOutput
 from mcpserver.executor.spawn import Spawned, spawn
 
 logger = logging.getLogger(__name__)
@@ -26,6 +27,7 @@ PIPE_GRACE = 0.5  # how long pipes may stay open after the command exits (held b
 KILL_WAIT = 5.0  # how long to wait for a SIGKILLed process to be gone before giving up on it
 BACKGROUND_LOG_CAP = 64 * 1024 * 1024
 TIMEOUT_EXIT_CODE = 124
+TOO_MANY_TASKS = "too many processes for this user (the limit is SANDSTORM_TOOL_MAX_PROCESSES)"
 
 # The background wrapper: the command's output, both streams, into a log capped at $2 bytes. Past the cap the
 # rest is read and dropped, so the command never dies of SIGPIPE. GNU `head -c` never reads past its count, but
@@ -109,7 +111,7 @@ async def run_process(
     timeout: float,
     output_budget: int,
     listener: OutputListener | None,
-    output_dir: Path,
+    saved: SavedOutput,
     label: str,
     on_spawn: SpawnListener | None = None,
 ) -> ExecResult:
@@ -118,7 +120,7 @@ async def run_process(
         raise ToolFailure(f"Error: {cwd}: Not a directory")
     loop = asyncio.get_running_loop()
     stem = spill_stem(label)
-    streams = {fd: StreamCapture(name, output_budget, output_dir, stem) for fd, name in ((1, "stdout"), (2, "stderr"))}
+    streams = {fd: StreamCapture(name, output_budget, saved, stem) for fd, name in ((1, "stdout"), (2, "stderr"))}
     relay = ProgressRelay(listener) if listener is not None else None
     started = loop.time()
     try:
@@ -128,6 +130,8 @@ async def run_process(
             raise ToolFailure(f"Error: {argv[0]} is not installed") from error
         except PermissionError as error:
             raise ToolFailure(f"Error: {argv[0]}: Permission denied") from error
+        except BlockingIOError as error:
+            raise ToolFailure(f"Error: cannot start {argv[0]}: {TOO_MANY_TASKS}") from error
         if on_spawn is not None:
             on_spawn(child.pid, read_start_ticks(child.pid) or 0)
         try:
@@ -192,6 +196,7 @@ class ProcessOps:
     workspace: Workspace
     root: str
     env: dict[str, str]
+    saved_output: SavedOutput
 
     def _working_dir(self, cwd: str | None) -> str:
         directory = self.workspace.resolve(cwd)
@@ -215,27 +220,34 @@ class ProcessOps:
             timeout=timeout,
             output_budget=output_budget,
             listener=listener,
-            output_dir=self.workspace.output_dir(),
+            saved=self.saved_output,
             label="exec",
             on_spawn=on_spawn,
         )
 
     async def start_background(self, command: str, cwd: str | None) -> BackgroundStart:
         directory = self._working_dir(cwd)
-        output_dir = self.workspace.output_dir()
-        log_path = output_dir / f"{spill_stem('bg')}.log"
+        log_cap = self.saved_output.grant(BACKGROUND_LOG_CAP)  # counted whole until the directory is measured again
+        if not log_cap:
+            raise ToolFailure(f"Error: not started: there is no room for its log: {self.saved_output.full_message()}")
+        log_path = self.saved_output.create() / f"{spill_stem('bg')}.log"
         log_path.touch(exist_ok=False)  # exists as soon as we name it; the wrapper's redirect truncates it again
-        prune_output_dir(output_dir, keep=log_path)
-        argv = ["/bin/bash", "-c", _BACKGROUND_SCRIPT, "sandstorm-bg", command, str(BACKGROUND_LOG_CAP), str(log_path)]
-        process = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            cwd=directory,
-            env=self.env,
-        )
+        argv = ["/bin/bash", "-c", _BACKGROUND_SCRIPT, "sandstorm-bg", command, str(log_cap), str(log_path)]
+        rlimits.keeper.before_spawn()
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd=directory,
+                env=self.env,
+            )
+        except BlockingIOError as error:
+            self.saved_output.give_back(log_cap)
+            raise ToolFailure(f"Error: not started: {TOO_MANY_TASKS}") from error
+        rlimits.keeper.pin(process.pid)
         _reap_later(process)
         ticks = read_start_ticks(process.pid)
         if ticks is None:  # it cannot have been reaped yet: the reaper task has not run

@@ -248,8 +248,8 @@ class RemoteExecutor:
         return cast(ExecResult, await self.call("install", packages=packages, manager=manager))
 
     # --- maintenance (not a tool) --------------------------------------------------------------------------------
-    async def prune_output(self) -> str:
-        return cast(str, await self.call("prune_output"))
+    async def prune_output(self, max_bytes: int | None = None) -> str:
+        return cast(str, await self.call("prune_output", max_bytes=max_bytes))
 
 
 def _closed_by_peer(writer: asyncio.StreamWriter) -> bool:

@@ -14,6 +14,8 @@ import os
 import subprocess
 from collections.abc import Callable
 
+from mcpserver.executor import rlimits
+
 READ_CHUNK = 64 * 1024
 OutputSink = Callable[[int, bytes], None]  # (1 for stdout or 2 for stderr, a chunk of it)
 
@@ -97,10 +99,13 @@ def spawn(argv: list[str], cwd: str, env: dict[str, str], sink: OutputSink) -> S
     """
     out_read, out_write = os.pipe()
     err_read, err_write = os.pipe()
+    rlimits.keeper.before_spawn()
     try:
-        process = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=out_write, stderr=err_write, start_new_session=True, cwd=cwd, env=env
-        )
+        try:
+            process = _popen(argv, cwd, env, out_write, err_write)
+        except BlockingIOError:  # EAGAIN: the host's tasks grew past our last reading of them
+            rlimits.keeper.refresh_now()
+            process = _popen(argv, cwd, env, out_write, err_write)
     except BaseException:
         os.close(out_read)
         os.close(err_read)
@@ -108,4 +113,11 @@ def spawn(argv: list[str], cwd: str, env: dict[str, str], sink: OutputSink) -> S
     finally:
         os.close(out_write)  # the child holds its own copies: the pipes end when it (and what it started) let go
         os.close(err_write)
+    rlimits.keeper.pin(process.pid)
     return Spawned(process, {1: out_read, 2: err_read}, sink)
+
+
+def _popen(argv: list[str], cwd: str, env: dict[str, str], stdout: int, stderr: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, start_new_session=True, cwd=cwd, env=env
+    )

@@ -9,8 +9,9 @@ import shutil
 from pathlib import Path
 
 from mcpserver.executor.interface import ExecResult, ToolFailure
-from mcpserver.executor.paths import OUTPUT_SUBDIR, SANDSTORM_DIR, Workspace
+from mcpserver.executor.paths import Workspace
 from mcpserver.executor.processes import run_process
+from mcpserver.executor.savedoutput import SavedOutput
 
 logger = logging.getLogger(__name__)
 
@@ -97,12 +98,12 @@ class WorkspaceOps:
     workspace: Workspace
     root: str
     env: dict[str, str]
+    saved_output: SavedOutput
 
     async def _probe(self, argv: list[str]) -> str:
         """A short command's output, or `not installed` / `(timed out)`; never a shell, never long."""
-        # Not workspace.output_dir(): that creates it, and a report must work in a read-only workspace. The
-        # outputs are far below the budget, so nothing is ever spilled there.
-        output_dir = self.workspace.root / SANDSTORM_DIR / OUTPUT_SUBDIR
+        # The outputs are far below the budget, so nothing is spilled and the output directory is not created: a
+        # report must work in a read-only workspace.
         try:
             result = await run_process(
                 argv,
@@ -111,7 +112,7 @@ class WorkspaceOps:
                 timeout=PROBE_TIMEOUT,
                 output_budget=PROBE_BUDGET,
                 listener=None,
-                output_dir=output_dir,
+                saved=self.saved_output,
                 label="info",
             )
         except ToolFailure:
@@ -170,7 +171,7 @@ class WorkspaceOps:
             timeout=INSTALL_TIMEOUT,
             output_budget=INSTALL_BUDGET,
             listener=None,
-            output_dir=self.workspace.output_dir(),
+            saved=self.saved_output,
             label="install",
         )
         refused = any(phrase in result.stderr for phrase in SUDO_REFUSALS)
