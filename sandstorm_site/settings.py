@@ -40,6 +40,8 @@ STATE_DIR.mkdir(mode=0o700, exist_ok=True)
 SECRET_KEY = env_secret("SANDSTORM_SECRET_KEY", STATE_DIR / "secret_key")
 # Key of the audit log's hash chain: in the state dir (never the workspace), generated once, 0600.
 AUDIT_HMAC_KEY = read_or_create_secret_file(STATE_DIR / "audit_key", "audit key").encode("utf-8")
+# The chain head, appended every minute with an HMAC (audit/anchor.py): deleting the newest records shows.
+AUDIT_ANCHOR_FILE = STATE_DIR / "audit_anchors"
 DEBUG = env_bool("SANDSTORM_DEBUG", False)
 
 # --- tokens and limits -------------------------------------------------------------------------------------------

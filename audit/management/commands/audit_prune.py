@@ -12,7 +12,8 @@ from django.db import transaction
 from django.db.models import Count, Max, Min
 from django.utils import timezone as django_timezone
 
-from audit.chain import chain_head, lock_head, verify
+from audit.anchor import anchor_chain_head, verify_anchored
+from audit.chain import chain_head, lock_head
 from audit.models import AuditRecord, ChainCheckpoint
 from audit.recorder import Actor, event
 
@@ -119,16 +120,25 @@ class Command(BaseCommand):
         self._check_chain(options["allow_broken"])
         user = getpass.getuser()
         checkpoint = prune(cut, before, user)
+        try:
+            # The anchor of the new head: audit_verify then knows the records before it went by a prune.
+            anchor_chain_head()
+        except OSError as error:
+            self.stderr.write(f"Warning: could not anchor the chain head after the prune ({error}).")
         self.stdout.write(
             f"Pruned {summary}; the chain now starts after record {checkpoint.last_pruned_id} (checkpoint kept)."
         )
 
     def _check_chain(self, allow_broken: bool) -> None:
         """Pruning a broken chain destroys the evidence of tampering: refuse unless told otherwise."""
-        result = verify()
-        if result.ok:
+        result, anchored = verify_anchored()
+        if result.ok and (anchored is None or anchored.ok):
             return
-        message = f"the audit chain does not verify (record {result.first_bad_id}: {result.problem})"
+        if result.ok:
+            assert anchored is not None
+            message = f"the audit chain does not verify ({anchored.message})"
+        else:
+            message = f"the audit chain does not verify (record {result.first_bad_id}: {result.problem})"
         if not allow_broken:
             raise CommandError(f"{message}; nothing was removed. Keep a copy, then pass --allow-broken to prune anyway.")
         self.stderr.write(f"Warning: {message}; pruning anyway (--allow-broken).")
