@@ -10,7 +10,8 @@ leave only `API_TOKEN=[REDACTED]` in the log. So a span is masked only if it is 
   inside an argument or an assignment, outside every expansion; where bashlex cannot parse the text, it stays.
 
 Where bashlex confirms the span lies in such a word, spaces and a few inert signs (`QUOTED_LITERAL`) may be in it too
-(`DB_PASSWORD='correct horse'`). Each string reports how many spans it masked, so the record can say so.
+(`DB_PASSWORD='correct horse'`). Texts longer than MAX_PARSED_CHARS are not parsed. Each string reports how many
+spans it masked, so the record can say so.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from typing import Any
 
 import bashlex
 import bashlex.ast
-import bashlex.errors
 
 
 MASK = "[REDACTED]"
@@ -48,6 +48,9 @@ _PATTERNS: list[re.Pattern[str]] = [
     # --password=value / --token value
     re.compile(rf"(?i)--?[a-z0-9\-]*(?:token|secret|password|passwd|api-?key)[a-z0-9\-]*(?:=|[ \t]+){_VALUE}"),
 ]
+# Longer texts are not parsed (a record is built on the event loop's thread when its call runs alone): in them only
+# values joined to their names are masked.
+MAX_PARSED_CHARS = 2048
 _SECRET_KEY = re.compile(rf"(?i)^{SECRET_NAME}$")
 # Never masked under a secret-named key either: what a shell would expand or run if the value reached one.
 _SHELL_ACTIVE = re.compile(r"[$`\\\n]")
@@ -95,6 +98,9 @@ class _Words:
     active: tuple[tuple[int, int], ...]
 
 
+_ACTIVE_KINDS = frozenset({"parameter", "commandsubstitution", "processsubstitution", "tilde", "heredoc"})
+
+
 def _command_name_ids(tree: list[Any]) -> set[int]:
     names: set[int] = set()
     for root in tree:
@@ -108,21 +114,20 @@ def _command_name_ids(tree: list[Any]) -> set[int]:
 
 @functools.lru_cache(maxsize=64)
 def _parse(text: str) -> _Words | None:
+    """bashlex's reading of `text`, or None where it has none (not shell, or shell it cannot read)."""
     try:
         tree = bashlex.parse(text)
-    except (bashlex.errors.ParsingError, NotImplementedError, IndexError, AttributeError, TypeError, ValueError):
-        return None  # not shell bashlex can read: only spans joined to their name are masked
-    except RecursionError:
+        names = _command_name_ids(tree)
+        data: list[tuple[int, int]] = []
+        active: list[tuple[int, int]] = []
+        for root in tree:
+            for node in _nodes(root):
+                if node.kind in _ACTIVE_KINDS:
+                    active.append(tuple(node.pos))
+                elif node.kind in {"word", "assignment"} and id(node) not in names:
+                    data.append(tuple(node.pos))
+    except Exception:  # noqa: BLE001 - bashlex raises many kinds of error on text it cannot read: all mean "no reading"
         return None
-    names = _command_name_ids(tree)
-    data: list[tuple[int, int]] = []
-    active: list[tuple[int, int]] = []
-    for root in tree:
-        for node in _nodes(root):
-            if node.kind in {"parameter", "commandsubstitution", "processsubstitution", "tilde", "heredoc"}:
-                active.append(tuple(node.pos))
-            elif node.kind in {"word", "assignment"} and id(node) not in names:
-                data.append(tuple(node.pos))
     return _Words(tuple(data), tuple(active))
 
 
@@ -139,11 +144,18 @@ def _maskable(text: str, span: _Span, words: _Words | None) -> bool:
     return not span.own_word and LITERAL.fullmatch(value) is not None
 
 
+def _needs_parser(text: str, candidates: list[_Span]) -> bool:
+    """Whether any candidate can be masked only with bashlex's word (parsing costs about 20 µs a character)."""
+    if len(text) > MAX_PARSED_CHARS:
+        return False
+    return any(span.own_word or not LITERAL.fullmatch(text[span.start : span.end]) for span in candidates)
+
+
 def _spans_to_mask(text: str) -> list[_Span]:
     candidates = sorted(set(_candidates(text)), key=lambda span: (span.start, -span.end))
     if not candidates:
         return []
-    words = _parse(text)
+    words = _parse(text) if _needs_parser(text, candidates) else None
     chosen: list[_Span] = []
     for span in candidates:
         if chosen and span.start < chosen[-1].end:

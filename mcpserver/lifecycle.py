@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import DatabaseError
 
 from audit.anchor import append_anchor
+from audit.budget import AuditBudget
 from audit.chain import chain_head
 from audit.failures import FailureAggregator
 from audit.instances import heartbeat, mark_stopped, recover_interrupted, register_instance
@@ -38,9 +39,18 @@ def flush_failures(failures: FailureAggregator) -> None:
             event("auth.failed", actor, instance_id=INSTANCE_ID, count=count, reasons=reasons, aggregated=True)
 
 
+def flush_budget_refusals(budget: AuditBudget) -> None:
+    """One event for the tool calls refused because the audit log is full, instead of a record each."""
+    count, state = budget.drain_refused()
+    if count:
+        detail = state.as_json() if state else {}
+        event("audit.full", instance_id=INSTANCE_ID, calls_refused=count, **detail)
+
+
 class ServerLifecycle:
-    def __init__(self, failures: FailureAggregator) -> None:
+    def __init__(self, failures: FailureAggregator, budget: AuditBudget) -> None:
         self.failures = failures
+        self.budget = budget
         self._ticker: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -56,6 +66,7 @@ class ServerLifecycle:
 
     def _final(self) -> None:
         flush_failures(self.failures)
+        flush_budget_refusals(self.budget)
         mark_stopped(INSTANCE_ID)
         log_chain_head()
 
@@ -70,4 +81,5 @@ class ServerLifecycle:
     def _every_minute(self) -> None:
         heartbeat(INSTANCE_ID)
         flush_failures(self.failures)
+        flush_budget_refusals(self.budget)
         log_chain_head()

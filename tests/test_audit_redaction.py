@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from audit import chain
@@ -91,3 +93,14 @@ def test_a_record_with_a_masked_span_says_where_and_the_chain_covers_that_mark()
     AuditRecord.objects.filter(pk=started.pk).update(detail=None)
     result = chain.verify()
     assert not result.ok and result.first_bad_id == started.pk
+
+
+@pytest.mark.django_db
+def test_the_admin_shows_where_a_call_had_a_span_masked(admin_client: Any) -> None:
+    actor = Actor(username="alice", credential_kind="bearer", credential_id="1")
+    started = call_started(actor, "terminal_exec", {"command": "export API_TOKEN=abcdef123456"}, "test")
+    call_finished(started, "ok", result_text="done", exit_code=0, duration_ms=1)
+    page = admin_client.get(f"/admin/audit/auditrecord/{started.pk}/change/").content.decode()
+    assert 'id="call-redacted"' in page and "masked secret-looking literal values in: command" in page
+    listing = admin_client.get("/admin/audit/auditrecord/").content.decode()
+    assert "column-call_redacted" in listing and ">command<" in listing
