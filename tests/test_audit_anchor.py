@@ -20,6 +20,7 @@ from audit.append import append_all
 from audit.models import KIND_EVENT, AuditRecord, ChainCheckpoint, ChainHead
 from audit.recorder import event
 from mcpserver.lifecycle import log_chain_head
+from tests.live import LiveServer
 
 
 def run(*args: str) -> tuple[str, str]:
@@ -129,3 +130,11 @@ def test_anchor_lines_of_processes_appending_at_once_never_interleave(tmp_path: 
     assert found is not None and not found.forged and not found.torn
     assert found.count == writers * each and found.newest is not None and found.newest.record_id == writers * each - 1
     assert path.stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.live
+def test_a_running_server_anchors_its_chain_head_in_its_state_dir(live_server: LiveServer) -> None:
+    anchors = live_server.state_dir / "audit_anchors"
+    assert anchors.exists() and anchors.stat().st_mode & 0o777 == 0o600  # written at start
+    result = live_server.manage("audit_verify")
+    assert result.stdout.startswith("OK: ") and "last anchor" in result.stderr
