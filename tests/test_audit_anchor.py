@@ -138,3 +138,14 @@ def test_a_running_server_anchors_its_chain_head_in_its_state_dir(live_server: L
     assert anchors.exists() and anchors.stat().st_mode & 0o777 == 0o600  # written at start
     result = live_server.manage("audit_verify")
     assert result.stdout.startswith("OK: ") and "last anchor" in result.stderr
+
+
+@pytest.mark.django_db
+def test_an_unchanged_head_is_not_anchored_again() -> None:
+    events(2)
+    log_chain_head()
+    log_chain_head()
+    event("one more")
+    log_chain_head()
+    found = read_anchors(settings.AUDIT_ANCHOR_FILE, settings.AUDIT_HMAC_KEY)
+    assert found is not None and found.count == 2
