@@ -27,7 +27,7 @@ def excerpt(text: str, limit: int) -> Excerpt:
         whole = redact_text_counted(text)
         return Excerpt(whole.value, len(data), digest, False, whole.masked)
     head = redact_text_counted(data[:limit].decode("utf-8", errors="ignore"))
-    tail = redact_text_counted(data[-limit:].decode("utf-8", errors="ignore"))
+    tail = redact_text_counted(data[-limit:].decode("utf-8", errors="ignore"), parse=False)  # starts mid-text
     marker = f"\n[... {len(data) - 2 * limit} bytes not kept; sha256 of the whole: {digest} ...]\n"
     return Excerpt(head.value + marker + tail.value, len(data), digest, True, head.masked + tail.masked)
 

@@ -151,11 +151,15 @@ def _needs_parser(text: str, candidates: list[_Span]) -> bool:
     return any(span.own_word or not LITERAL.fullmatch(text[span.start : span.end]) for span in candidates)
 
 
-def _spans_to_mask(text: str) -> list[_Span]:
-    candidates = sorted(set(_candidates(text)), key=lambda span: (span.start, -span.end))
+def _spans_to_mask(text: str, parse: bool) -> list[_Span]:
+    # Two patterns may find the same value; if either sees it as a word of its own, it is one.
+    found: dict[tuple[int, int], bool] = {}
+    for span in _candidates(text):
+        found[span.start, span.end] = found.get((span.start, span.end), False) or span.own_word
+    candidates = sorted((_Span(start, end, own) for (start, end), own in found.items()), key=lambda span: (span.start, -span.end))
     if not candidates:
         return []
-    words = _parse(text) if _needs_parser(text, candidates) else None
+    words = _parse(text) if parse and _needs_parser(text, candidates) else None
     chosen: list[_Span] = []
     for span in candidates:
         if chosen and span.start < chosen[-1].end:
@@ -165,8 +169,11 @@ def _spans_to_mask(text: str) -> list[_Span]:
     return chosen
 
 
-def redact_text_counted(text: str) -> Redacted:
-    spans = _spans_to_mask(text)
+def redact_text_counted(text: str, *, parse: bool = True) -> Redacted:
+    """`text` with its secret-looking literal values masked. `parse=False` for text that does not start where the
+    original starts (the tail of an excerpt): what comes before it decides how the shell reads it, so only values
+    joined to their names are masked."""
+    spans = _spans_to_mask(text, parse)
     if not spans:
         return Redacted(text, 0)
     pieces, at = [], 0

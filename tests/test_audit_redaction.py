@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from audit import chain
+from audit.excerpt import excerpt
 from audit.export import call_queryset, call_row, csv_line
 from audit.models import REDACTED_KEY, AuditRecord
 from audit.recorder import Actor, call_finished, call_started
@@ -104,3 +105,12 @@ def test_the_admin_shows_where_a_call_had_a_span_masked(admin_client: Any) -> No
     assert 'id="call-redacted"' in page and "masked secret-looking literal values in: command" in page
     listing = admin_client.get("/admin/audit/auditrecord/").content.decode()
     assert "column-call_redacted" in listing and ">command<" in listing
+
+
+def test_the_tail_of_a_long_value_is_not_read_as_if_it_started_the_command() -> None:
+    # Cut after `X=`, the tail would parse as `"a "api_key:` (a command) with `rm` its argument; in the whole text
+    # `rm` is the command that runs.
+    rest = '"a "api_key: rm -rf / '
+    rest += "z" * (1000 - len(rest))  # the tail (the last 1000 bytes) starts just after `X=`
+    cut = excerpt("echo " + "y" * 20_000 + "; X=" + rest, 1000)
+    assert cut.cut and "api_key: rm -rf /" in cut.text and cut.masked == 0
