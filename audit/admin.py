@@ -24,7 +24,9 @@ from django.utils.functional import cached_property
 from django.utils.http import urlencode
 from django.utils.text import Truncator
 
-from audit.export import FILTERS, OUTCOME_RUNNING, InvalidFilter, call_queryset, filter_by, finished_of, search_calls
+from audit.export import (
+    FILTERS, OUTCOME_RUNNING, InvalidFilter, call_queryset, filter_by, finished_of, redacted_in, search_calls,
+)  # fmt: skip
 from audit.models import KIND_EVENT, KIND_STARTED, OUTCOMES, AuditRecord, SecurityEvent
 
 # Filter choices come from this many newest records: a DISTINCT over the whole table would read all of it.
@@ -321,6 +323,7 @@ def call_detail(record: AuditRecord) -> dict[str, Any]:
         "outcome": finished.outcome if finished else OUTCOME_RUNNING,
         "duration": format_duration(finished.duration_ms) if finished else "",
         "arguments_json": json.dumps(record.arguments, indent=2, ensure_ascii=False, sort_keys=True),
+        "redacted": redacted_in(record, finished),
         "large_arguments": [
             {"name": name, "size": info.get("size"), "sha256": info.get("sha256")}
             for name, info in (large.items() if isinstance(large, dict) else ())
@@ -344,7 +347,10 @@ def call_detail(record: AuditRecord) -> dict[str, Any]:
 class AuditRecordAdmin(ReadOnlyAuditAdmin):
     """The calls: one row per started record, with its finished record joined."""
 
-    list_display = ["time", "tool", "arguments_summary", "username", "credential", "call_outcome", "duration", "call_exit_code"]
+    list_display = [
+        "time", "tool", "arguments_summary", "username", "credential", "call_outcome", "duration", "call_exit_code",
+        "call_redacted",
+    ]  # fmt: skip
     list_filter = [
         ToolFilter, OutcomeFilter, UserFilter, CredentialFilter, CredentialKindFilter, SessionFilter,
         ("created_at", DateFilter),
@@ -400,6 +406,11 @@ class AuditRecordAdmin(ReadOnlyAuditAdmin):
     def duration(self, record: AuditRecord) -> str:
         finished = finished_of(record)
         return format_duration(finished.duration_ms) if finished else ""
+
+    @admin.display(description="redacted")
+    def call_redacted(self, record: AuditRecord) -> str:
+        """Where redaction masked a span (arguments, result), so a reviewer knows the text shown is not all of it."""
+        return ", ".join(redacted_in(record, finished_of(record)))
 
     @admin.display(description="exit code")
     def call_exit_code(self, record: AuditRecord) -> int | None:

@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.text import smart_split, unescape_string_literal
 
-from audit.models import KIND_FINISHED, KIND_STARTED, OUTCOMES, AuditRecord
+from audit.models import KIND_FINISHED, KIND_STARTED, OUTCOMES, REDACTED_KEY, AuditRecord
 from audit.visible import escape_json_text, make_visible
 
 EXPORT_CHUNK_SIZE = 2000
@@ -29,7 +29,7 @@ CSV_FIELDS = (
     "user", "credential_kind", "credential_id", "credential_name", "scope",
     "client_address", "user_agent", "session_id", "protocol_version",
     "arguments", "arguments_size", "arguments_sha256",
-    "outcome", "exit_code", "duration_ms", "reason", "result_excerpt", "result_size", "result_sha256",
+    "outcome", "exit_code", "duration_ms", "reason", "result_excerpt", "result_size", "result_sha256", "redacted",
 )  # fmt: skip
 # A spreadsheet runs a cell that starts with one of these as a formula (tab and CR are stripped before it looks).
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r", "\n")
@@ -165,6 +165,17 @@ def filter_calls(queryset: QuerySet[AuditRecord], params: Mapping[str, str]) -> 
 # --- rows ------------------------------------------------------------------------------------------------------
 
 
+def redacted_in(record: AuditRecord, finished: AuditRecord | None) -> list[str]:
+    """Where redaction masked a span in this call: argument names, and "result" for the result excerpt."""
+    where: list[str] = []
+    for part in (record, finished):
+        detail = part.detail if part is not None and isinstance(part.detail, dict) else {}
+        names = detail.get(REDACTED_KEY)
+        if isinstance(names, list):
+            where += [str(name) for name in names]
+    return where
+
+
 def _iso(moment: datetime | None) -> str | None:
     return moment.isoformat() if moment else None
 
@@ -196,6 +207,7 @@ def call_row(record: AuditRecord) -> dict[str, Any]:
         "result_excerpt": finished.result_excerpt if finished else "",
         "result_size": finished.result_size if finished else None,
         "result_sha256": finished.result_sha256 if finished else "",
+        "redacted": redacted_in(record, finished),
     }
 
 
@@ -222,7 +234,9 @@ def neutralise(cell: str) -> str:
 def _csv_cell(value: Any) -> str:
     if value is None:
         return ""
-    if isinstance(value, (dict, list)):
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        value = " ".join(value)  # `redacted`: the names of what was masked
+    elif isinstance(value, (dict, list)):
         value = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
     elif not isinstance(value, str):
         return str(value)  # numbers: a negative exit code is a number, not a formula

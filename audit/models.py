@@ -24,6 +24,9 @@ OUTCOME_CANCELLED = "cancelled"
 OUTCOME_INTERRUPTED = "interrupted"
 OUTCOMES = [OUTCOME_OK, OUTCOME_ERROR, OUTCOME_DENIED, OUTCOME_TIMEOUT, OUTCOME_CANCELLED, OUTCOME_INTERRUPTED]
 OUTCOME_CHOICES = [(outcome, outcome) for outcome in OUTCOMES]
+# The key of a call record's `detail` that lists where redaction masked a span: the names of the arguments (started
+# record) or "result" (finished record). In `detail`, so the chain's mac covers it like the rest of the record.
+REDACTED_KEY = "redacted"
 
 
 class AuditRecord(models.Model):
@@ -64,7 +67,7 @@ class AuditRecord(models.Model):
     result_size = models.BigIntegerField(null=True, blank=True)
     result_sha256 = models.CharField(max_length=64, blank=True)
 
-    # Events.
+    # Events; on call records, notes about the stored values (large arguments, where redaction masked a span).
     event = models.CharField(max_length=48, blank=True)
     detail = models.JSONField(null=True, blank=True)
 

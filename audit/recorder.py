@@ -16,7 +16,7 @@ from django.utils import timezone
 from audit.append import append_all
 from audit.excerpt import excerpt, store_arguments
 from audit.inline import InlineAppender
-from audit.models import KIND_EVENT, KIND_FINISHED, KIND_STARTED, OUTCOME_DENIED, AuditRecord
+from audit.models import KIND_EVENT, KIND_FINISHED, KIND_STARTED, OUTCOME_DENIED, REDACTED_KEY, AuditRecord
 from audit.writer import AuditWriter
 
 logger = logging.getLogger(__name__)
@@ -83,7 +83,13 @@ def started_record(actor: Actor, tool: str, arguments: dict[str, Any], instance_
     record.arguments = stored.arguments
     record.arguments_size = stored.size
     record.arguments_sha256 = stored.sha256
-    record.detail = {"large_arguments": stored.large} if stored.large else None
+    detail: dict[str, Any] = {}
+    if stored.large:
+        detail["large_arguments"] = stored.large
+    if stored.redacted:
+        # Part of `detail`, so the mac covers it: a reviewer can trust that nothing else was masked.
+        detail[REDACTED_KEY] = stored.redacted
+    record.detail = detail or None
     return record
 
 
@@ -117,6 +123,7 @@ def finished_record(
         result_excerpt=result.text,
         result_size=result.size,
         result_sha256=result.sha256,
+        detail={REDACTED_KEY: ["result"]} if result.masked else None,
     )
     # The finished record repeats who acted, so it can be read (and filtered) on its own.
     for name in ACTOR_FIELDS:

@@ -24,6 +24,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import urlencode
 
+from audit.budget import BudgetState, audit_log_bytes, human
 from audit.export import CSV_HEADER, InvalidFilter, aexport_rows, call_queryset, csv_line, filter_calls, jsonl_line
 from audit.models import KIND_STARTED, OUTCOME_DENIED, OUTCOME_ERROR, AuditRecord
 
@@ -254,5 +255,14 @@ def overview(request: HttpRequest) -> HttpResponse:
         "tools": [{"tool": tool, "calls": count, "url": changelist_url(tool=tool)} for tool, count in busiest],
         "problems": problem_counts(day_ago, first_day),
         "credentials": active_credentials(calls, day_ago),
+        **budget_context(),
     }
     return TemplateResponse(request, "admin/audit/overview.html", context)
+
+
+def budget_context() -> dict[str, Any]:
+    """The log's size against its budget (SANDSTORM_AUDIT_MAX_BYTES), measured now; nothing if there is none."""
+    if not settings.AUDIT_MAX_BYTES:
+        return {}
+    budget = BudgetState(audit_log_bytes(), settings.AUDIT_MAX_BYTES)
+    return {"budget": budget, "budget_used": human(budget.used), "budget_limit": human(budget.limit)}

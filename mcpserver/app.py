@@ -69,8 +69,8 @@ def build_mcp_application() -> tuple[ASGIApp, SessionManagerRunner]:
         max_request_body_size=settings.MAX_REQUEST_BYTES,
     )
     failures = FailureAggregator()
-    lifecycle = ServerLifecycle(failures)
     runtime = get_runtime()
+    lifecycle = ServerLifecycle(failures, runtime.audit_budget)
     watcher = RevocationWatcher(IN_FLIGHT, runtime.executor)
 
     async def start() -> None:

@@ -55,6 +55,10 @@ async def dispatch(spec: ToolSpec, context: Context[Any, Any], arguments: dict[s
     if principal is None:  # only reachable if the endpoint were mounted without our auth middleware
         return render(ToolResult.error("Error: this request carries no credential"), runtime.result_cap)
     actor = actor_for(principal, context)
+    full = await runtime.audit_budget.refusal()
+    if full is not None:
+        # Not recorded call by call (a flood would fill the disk again): counted, and recorded once a minute.
+        return render(ToolResult.error(full), runtime.result_cap)
     refusal = scope_refusal(spec, principal, arguments)
     if refusal is not None:
         return await deny(actor, spec, arguments, runtime, refusal)

@@ -48,15 +48,20 @@ async def executor_status() -> dict[str, Any]:
 
 @require_GET
 async def health(request: HttpRequest) -> JsonResponse:
-    """200 when the server can run tools; 503 when the executor does not answer (calls fail until it is back).
+    """200 when the server can run tools; 503 when the executor does not answer or the audit log is full (calls fail
+    until it is back, or until an admin makes room).
 
     Async: no thread hop, and the executor is asked over the same kept connections tool calls use.
     """
     executor = await executor_status()
+    budget = await get_runtime().audit_budget.state()  # a cached measure: no query on most requests
+    audit_full = budget is not None and budget.full
     return JsonResponse(
         {
-            "ok": executor["ok"],
+            "ok": executor["ok"] and not audit_full,
             "executor": executor,
+            # The audit log's size against SANDSTORM_AUDIT_MAX_BYTES (null: no budget); full: tool calls are refused.
+            "audit_log": budget.as_json() if budget is not None else None,
             "version": sandstorm_version(),
             "uptime_seconds": round(uptime_seconds(), 1),
             "cores": os.cpu_count(),
@@ -65,5 +70,5 @@ async def health(request: HttpRequest) -> JsonResponse:
             "workspace_disk_free_bytes": executor.get("workspace_disk_free_bytes"),
             "tools": sorted(TOOLS),
         },
-        status=200 if executor["ok"] else 503,
+        status=200 if executor["ok"] and not audit_full else 503,
     )

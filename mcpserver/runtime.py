@@ -9,6 +9,7 @@ from typing import Any
 
 from django.conf import settings
 
+from audit.budget import AuditBudget
 from mcpserver.executor.child import ExecutorChild
 from mcpserver.executor.remote import RemoteExecutor, ping
 from mcpserver.executor.wire import FrameError
@@ -25,6 +26,7 @@ class Runtime:
     rate_limiter: RateLimiter
     concurrency: ConcurrencyLimiter
     result_cap: int
+    audit_budget: AuditBudget
 
 
 def build_executor() -> tuple[RemoteExecutor, ExecutorChild | None]:
@@ -49,6 +51,7 @@ def get_runtime() -> Runtime:
         rate_limiter=RateLimiter(settings.RATE_LIMIT_PER_MINUTE),
         concurrency=ConcurrencyLimiter(settings.MAX_CONCURRENT_CALLS),
         result_cap=settings.RESULT_CAP_BYTES,
+        audit_budget=AuditBudget(settings.AUDIT_MAX_BYTES),
     )
 
 

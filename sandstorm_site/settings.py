@@ -42,6 +42,8 @@ STATE_DIR.mkdir(mode=0o700, exist_ok=True)
 SECRET_KEY = env_secret("SANDSTORM_SECRET_KEY", STATE_DIR / "secret_key")
 # Key of the audit log's hash chain: in the state dir (never the workspace), generated once, 0600.
 AUDIT_HMAC_KEY = read_or_create_secret_file(STATE_DIR / "audit_key", "audit key").encode("utf-8")
+# The chain head, appended every minute with an HMAC (audit/anchor.py): deleting the newest records shows.
+AUDIT_ANCHOR_FILE = STATE_DIR / "audit_anchors"
 DEBUG = env_bool("SANDSTORM_DEBUG", False)
 
 # --- tokens and limits -------------------------------------------------------------------------------------------
@@ -52,6 +54,8 @@ MAX_CONCURRENT_CALLS = env_int("SANDSTORM_MAX_CONCURRENT_CALLS", 16, minimum=1)
 RESULT_CAP_BYTES = env_int("SANDSTORM_RESULT_CAP", 262144, minimum=4096, maximum=900_000)
 MAX_REQUEST_BYTES = env_int("SANDSTORM_MAX_REQUEST_BYTES", 4194304, minimum=65536)
 AUDIT_EXCERPT_BYTES = env_int("SANDSTORM_AUDIT_EXCERPT", 8192, minimum=256)
+# Disk budget of the audit log (bytes; 0 = none): at it, tool calls are refused until an admin prunes or raises it.
+AUDIT_MAX_BYTES = env_int("SANDSTORM_AUDIT_MAX_BYTES", 10 * 1024**3)
 ACCESS_TOKEN_TTL = env_int("SANDSTORM_ACCESS_TOKEN_TTL", 3600, minimum=60)
 # Anonymous dynamic client registrations per client address per hour; 0 turns the limit off.
 REGISTRATION_RATE_LIMIT = env_int("SANDSTORM_REGISTRATION_RATE_LIMIT", 20)

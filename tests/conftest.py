@@ -19,6 +19,15 @@ def _live_server_helper() -> None:
 
 
 @pytest.fixture(autouse=True)
+def _anchor_file_of_its_own(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's audit anchors in a file of its own: the test database is rolled back after each test, so anchors
+    of one test's records would look like records missing to the next."""
+    from django.conf import settings
+
+    monkeypatch.setattr(settings, "AUDIT_ANCHOR_FILE", tmp_path / "audit_anchors")
+
+
+@pytest.fixture(autouse=True)
 def _drop_live_databases() -> Iterator[None]:
     """Under PostgreSQL, drop the databases of the live servers this test made (servers of wider-scoped fixtures
     were made before this fixture started, and are dropped when the session ends)."""

@@ -8,11 +8,12 @@ from datetime import date, datetime, time, timezone
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Count, Max, Min
 from django.utils import timezone as django_timezone
 
-from audit.chain import chain_head, lock_head, verify
+from audit.anchor import anchor_chain_head, verify_anchored
+from audit.chain import chain_head, lock_head
 from audit.models import AuditRecord, ChainCheckpoint
 from audit.recorder import Actor, event
 
@@ -119,16 +120,39 @@ class Command(BaseCommand):
         self._check_chain(options["allow_broken"])
         user = getpass.getuser()
         checkpoint = prune(cut, before, user)
+        self._truncate_wal()
+        try:
+            # The anchor of the new head: audit_verify then knows the records before it went by a prune.
+            anchor_chain_head()
+        except OSError as error:
+            self.stderr.write(f"Warning: could not anchor the chain head after the prune ({error}).")
         self.stdout.write(
             f"Pruned {summary}; the chain now starts after record {checkpoint.last_pruned_id} (checkpoint kept)."
         )
 
+    def _truncate_wal(self) -> None:
+        """On SQLite, give back the WAL the prune filled (its size counts towards SANDSTORM_AUDIT_MAX_BYTES)."""
+        if connection.vendor != "sqlite":
+            return
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                busy = cursor.fetchone()[0]
+        except DatabaseError as error:  # e.g. inside a transaction: the WAL stays as it is, reused by SQLite
+            busy = str(error)
+        if busy:
+            self.stderr.write("The database's WAL could not be truncated now (readers are busy); SQLite reuses it.")
+
     def _check_chain(self, allow_broken: bool) -> None:
         """Pruning a broken chain destroys the evidence of tampering: refuse unless told otherwise."""
-        result = verify()
-        if result.ok:
+        result, anchored = verify_anchored()
+        if result.ok and (anchored is None or anchored.ok):
             return
-        message = f"the audit chain does not verify (record {result.first_bad_id}: {result.problem})"
+        if result.ok:
+            assert anchored is not None
+            message = f"the audit chain does not verify ({anchored.message})"
+        else:
+            message = f"the audit chain does not verify (record {result.first_bad_id}: {result.problem})"
         if not allow_broken:
             raise CommandError(f"{message}; nothing was removed. Keep a copy, then pass --allow-broken to prune anyway.")
         self.stderr.write(f"Warning: {message}; pruning anyway (--allow-broken).")
