@@ -14,6 +14,7 @@ from starlette.types import ASGIApp
 from audit.failures import FailureAggregator
 from audit.recorder import WRITER as AUDIT_WRITER
 from mcpserver.asgi import BearerAuthMiddleware, McpEndpoint
+from mcpserver.bodies import JsonBodyGate
 from mcpserver.inflight import IN_FLIGHT
 from mcpserver.instance import sandstorm_version
 from mcpserver.lifecycle import ServerLifecycle
@@ -95,7 +96,7 @@ def build_mcp_application() -> tuple[ASGIApp, SessionManagerRunner]:
 
     runner = SessionManagerRunner(server.session_manager, on_start=start, on_stop=stop)
     app = BearerAuthMiddleware(
-        McpEndpoint(runner),
+        JsonBodyGate(McpEndpoint(runner), max_body_bytes=settings.MAX_REQUEST_BYTES),
         authenticate=authenticate,
         rate_limiter=runtime.rate_limiter,
         resource_metadata_url=resource_metadata_url(),

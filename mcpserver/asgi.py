@@ -141,7 +141,7 @@ async def record_rate_limited_call(scope: Scope, receive: Receive, principal: Pr
     """If the refused request was a tools/call, record it as denied (reading at most 1 MiB of its body)."""
     try:
         message = json.loads(await read_body(receive, 1 << 20))
-    except ValueError:
+    except (ValueError, RecursionError):  # deep nesting raises RecursionError, not ValueError
         return
     if not isinstance(message, dict) or message.get("method") != "tools/call":
         return
@@ -206,7 +206,7 @@ def tool_call_ids(body: bytes) -> set[str]:
     """The ids of the tools/call requests in a JSON-RPC body (one message or a batch)."""
     try:
         parsed = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # deep nesting raises RecursionError, not ValueError
         return set()
     messages = parsed if isinstance(parsed, list) else [parsed]
     return {

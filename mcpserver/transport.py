@@ -36,7 +36,7 @@ def only_an_answer_can_follow(body: bytes) -> bool:
     """Whether `body` is one JSON-RPC request, other than `initialize`, without a progress token."""
     try:
         message = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # deep nesting raises RecursionError, not ValueError
         return False
     if not isinstance(message, dict) or "id" not in message or not isinstance(message.get("method"), str):
         return False

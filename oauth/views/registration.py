@@ -76,7 +76,7 @@ def metadata_refusal(data: dict[str, Any]) -> JsonResponse | None:
 def parse_json_object(request: HttpRequest) -> dict[str, Any] | None:
     try:
         data = json.loads(request.body)
-    except ValueError:
+    except (ValueError, RecursionError):  # deep nesting raises RecursionError, not ValueError
         return None
     return data if isinstance(data, dict) else None
 
