@@ -122,6 +122,20 @@ async def test_revoke_token_on_the_shell_stops_the_tokens_background_processes(s
         await assert_stopped_and_audited(server, pid, kept=[token_b[1]])
 
 
+async def test_revoke_token_stops_them_itself_while_no_server_runs(server: LiveServer, token_b: tuple[str, int]) -> None:
+    """The command, in development, reaches the processes through an executor of its own (the same OS user)."""
+    name = f"a-{uuid.uuid4().hex[:8]}"
+    pid = await start_background(server, server.create_token(name))
+    server.stop()
+    try:
+        server.manage("revoke_token", name)
+        assert not running(pid), "stopped before the command returned"
+        assert running(token_b[1])
+    finally:
+        server.start()
+    assert pid in stopped_pids(server)
+
+
 async def test_revoking_an_oauth_client_stops_its_background_processes(
     server: LiveServer, admin: AdminSession, token_b: tuple[str, int]
 ) -> None:
