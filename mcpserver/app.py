@@ -13,6 +13,7 @@ from starlette.types import ASGIApp
 from audit.failures import FailureAggregator
 from audit.recorder import WRITER as AUDIT_WRITER
 from mcpserver.asgi import BearerAuthMiddleware, McpEndpoint
+from mcpserver.bodies import JsonBodyGate
 from mcpserver.inflight import IN_FLIGHT
 from mcpserver.instance import sandstorm_version
 from mcpserver.lifecycle import ServerLifecycle
@@ -23,6 +24,7 @@ from mcpserver.executor.interface import ToolFailure
 from mcpserver.executor.remote import ExecutorFault, ExecutorLost
 from mcpserver.runtime import Runtime, get_runtime
 from mcpserver.server import build_server
+from mcpserver.sessions import SessionLedger
 from mcpserver.transport import install as install_transport
 from oauth.credentials import authenticate
 
@@ -60,6 +62,14 @@ async def announce_executor(runtime: Runtime) -> None:
         logger.warning("the executor's workspace %s is not SANDSTORM_WORKSPACE_ROOT %s", identity["root"], runtime.executor.root)
 
 
+def session_ledger() -> SessionLedger:
+    return SessionLedger(
+        per_credential=settings.MAX_SESSIONS_PER_CREDENTIAL,
+        per_user=settings.MAX_SESSIONS_PER_USER,
+        unused_timeout=settings.SESSION_UNUSED_TIMEOUT,
+    )
+
+
 def build_mcp_application() -> tuple[ASGIApp, SessionManagerRunner]:
     install_transport()  # JSON answers where no stream is needed (mcpserver.transport)
     server = build_server(sandstorm_version())
@@ -87,7 +97,7 @@ def build_mcp_application() -> tuple[ASGIApp, SessionManagerRunner]:
 
     runner = SessionManagerRunner(server.session_manager, on_start=start, on_stop=stop)
     app = BearerAuthMiddleware(
-        McpEndpoint(runner),
+        JsonBodyGate(McpEndpoint(runner, session_ledger()), max_body_bytes=settings.MAX_REQUEST_BYTES),
         authenticate=authenticate,
         rate_limiter=runtime.rate_limiter,
         resource_metadata_url=resource_metadata_url(),

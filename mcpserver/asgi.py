@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from django.db import DatabaseError
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -19,6 +20,7 @@ from mcpserver.inflight import IN_FLIGHT
 from mcpserver.instance import INSTANCE_ID
 from mcpserver.limits import RateLimiter
 from mcpserver.runner import SessionManagerRunner
+from mcpserver.sessions import OPENING, SessionLedger
 from oauth.credentials import InsufficientScope, Principal
 from oauth.models import SCOPE_ALL, SCOPE_READ
 
@@ -27,6 +29,7 @@ logger = logging.getLogger(__name__)
 Authenticator = Callable[..., Awaitable[Principal | None]]
 PRINCIPAL_KEY = "sandstorm.principal"
 DENIED_RECORDS_PER_MINUTE = 10
+SESSION_REFUSED = -32000  # in JSON-RPC's range for server errors
 
 
 def client_address(scope: Scope) -> str:
@@ -141,7 +144,7 @@ async def record_rate_limited_call(scope: Scope, receive: Receive, principal: Pr
     """If the refused request was a tools/call, record it as denied (reading at most 1 MiB of its body)."""
     try:
         message = json.loads(await read_body(receive, 1 << 20))
-    except ValueError:
+    except (ValueError, RecursionError):  # deep nesting raises RecursionError, not ValueError
         return
     if not isinstance(message, dict) or message.get("method") != "tools/call":
         return
@@ -156,20 +159,60 @@ async def record_rate_limited_call(scope: Scope, receive: Receive, principal: Pr
 
 
 class McpEndpoint:
-    """Hands each request to the SDK's session manager, starting it on first use if the reactor hook did not."""
+    """Hands each request to the SDK's session manager, starting it on first use if the reactor hook did not.
 
-    def __init__(self, runner: SessionManagerRunner) -> None:
+    A request without a session id may open one: it first gets a place in the session ledger (its credential's
+    and user's caps), or a 429.
+    """
+
+    def __init__(self, runner: SessionManagerRunner, sessions: SessionLedger) -> None:
         self.runner = runner
+        self.sessions = sessions
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not self.runner.running:
             await self.runner.ensure_started()
-        session_id = Headers(scope=scope).get("mcp-session-id")
-        if scope["method"] != "POST" or not session_id:
+        headers = Headers(scope=scope)
+        session_id = headers.get("mcp-session-id")
+        if not session_id and opens_a_session(headers.get("mcp-protocol-version")):
+            await self.may_open_a_session(scope, receive, send)
+            return
+        if scope["method"] != "POST":
             await self.runner.manager.handle_request(scope, receive, send)
             return
         watch = DisconnectWatch(session_id, receive, send)
         await self.runner.manager.handle_request(scope, watch.receive, watch.send)
+
+    async def may_open_a_session(self, scope: Scope, receive: Receive, send: Send) -> None:
+        principal: Principal = scope[PRINCIPAL_KEY]
+        entry = self.sessions.admit(principal.key, principal.user_id)
+        if entry is None:
+            await self.too_many_sessions(send, principal)
+            return
+        opening = OPENING.set(entry)
+        try:
+            await self.runner.manager.handle_request(scope, receive, send)
+        finally:
+            OPENING.reset(opening)
+            if entry.transport is None:  # no session was made (a 2026-07-28 request, a refusal): free the place
+                entry.release()
+
+    async def too_many_sessions(self, send: Send, principal: Principal) -> None:
+        if self.sessions.open_count(principal.key) >= self.sessions.per_credential:
+            why = f"this credential has {self.sessions.per_credential} MCP sessions open, all of them busy"
+        else:
+            why = f"this credential's user has {self.sessions.per_user} MCP sessions open"
+        logger.warning("refused a new MCP session of %s: %s", principal.key, why)
+        message = f"Too many open sessions: {why}. End sessions no longer used (HTTP DELETE) or wait for them to close."
+        body: dict[str, object] = {"jsonrpc": "2.0", "id": None, "error": {"code": SESSION_REFUSED, "message": message}}
+        retry = str(max(1, round(self.sessions.unused_timeout)))
+        await send_json(send, 429, body, [(b"retry-after", retry.encode())])
+
+
+def opens_a_session(protocol_version: str | None) -> bool:
+    """Whether a request without a session id is the SDK's to open a session with (its own routing: a version
+    header outside the handshake's versions makes it a self-contained 2026-07-28 request)."""
+    return protocol_version is None or protocol_version in HANDSHAKE_PROTOCOL_VERSIONS
 
 
 class DisconnectWatch:
@@ -206,7 +249,7 @@ def tool_call_ids(body: bytes) -> set[str]:
     """The ids of the tools/call requests in a JSON-RPC body (one message or a batch)."""
     try:
         parsed = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # deep nesting raises RecursionError, not ValueError
         return set()
     messages = parsed if isinstance(parsed, list) else [parsed]
     return {

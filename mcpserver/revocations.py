@@ -1,10 +1,15 @@
 """When credentials are revoked: cancel their running tool calls and, if asked, stop their background processes.
 
 `oauth` records each revocation as a Revocation row and sends `credentials_revoked` once it is committed. In the
-server process the signal wakes the watcher at once (the admin's rotation runs in a worker thread, so the wake-up
+server process the signal wakes the watcher at once (the admin's actions run in a worker thread, so the wake-up
 is handed to the event loop); the watcher also polls the table, which is how it learns about revocations made by
-another process (`manage.py rotate_tokens`). Only calls and processes started before the revocation are touched,
-so a credential issued by the rotation itself is never affected.
+another process (`manage.py revoke_token`, `rotate_tokens`, another server process). Only calls and processes
+started before the revocation are touched, so a credential issued by the rotation itself is never affected.
+
+Background processes are stopped by whichever process sees the revocation first: the command that made it (a
+process without a watcher does it before it exits), or any server process's watcher. Each process is claimed in
+the registry (its `signalled_at` set where still empty) before it is signalled, so it is stopped, and recorded,
+once however many processes see the same revocation.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -31,42 +37,79 @@ from oauth.models import Revocation
 logger = logging.getLogger(__name__)
 POLL_SECONDS = 2.0
 KILL_GRACE_SECONDS = 2.0
+Claimed = list[tuple[BackgroundProcess, Revocation]]
 
 
-def _unsignalled_processes(revocation: Revocation) -> list[BackgroundProcess]:
-    candidates = BackgroundProcess.objects.filter(signalled_at__isnull=True, started_at__lte=revocation.created_at)
-    return [process for process in candidates if revocation.covers(process.credential)]
+def _covering(process: BackgroundProcess, revocations: Sequence[Revocation]) -> Revocation | None:
+    return next((r for r in revocations if process.started_at <= r.created_at and r.covers(process.credential)), None)
 
 
-async def stop_background_processes(revocation: Revocation, executor: Executor) -> list[int]:
-    """SIGTERM, then after a grace period SIGKILL, each background process the revocation covers (PID-safe)."""
-    processes = await sync_to_async(_unsignalled_processes, thread_sensitive=False)(revocation)
-    stopped = []
-    for process in processes:
-        try:
-            signalled = await executor.signal_group(process.pid, process.pgid, process.start_ticks, signal.SIGTERM)
-        except (ToolFailure, ExecutorLost, ExecutorFault) as error:
-            # Left unmarked, so the admin can see it still listed; the executor is down, and so are its tools.
-            logger.error("could not stop background process %d of a revoked credential: %s", process.pid, error)
+def _claim_processes(revocations: Sequence[Revocation]) -> Claimed:
+    """The unsignalled background processes these revocations cover, each marked signalled by this process alone."""
+    latest = max(revocation.created_at for revocation in revocations)
+    claimed = []
+    for process in BackgroundProcess.objects.filter(signalled_at__isnull=True, started_at__lte=latest):
+        revocation = _covering(process, revocations)
+        if revocation is None:
             continue
-        if signalled:
-            stopped.append(process)
-        await BackgroundProcess.objects.filter(pk=process.pk).aupdate(signalled_at=timezone.now())
-    if stopped:
-        await asyncio.sleep(KILL_GRACE_SECONDS)
-        for process in stopped:
-            try:
-                await executor.signal_group(process.pid, process.pgid, process.start_ticks, signal.SIGKILL)
-            except (ToolFailure, ExecutorLost, ExecutorFault) as error:
-                logger.error("could not SIGKILL background process %d of a revoked credential: %s", process.pid, error)
-        await aevent(
-            "credentials.background_stopped",
-            None,
-            instance_id=INSTANCE_ID,
-            revocation_id=revocation.pk,
-            pids=[process.pid for process in stopped],
-        )
-    return [process.pid for process in stopped]
+        now = timezone.now()
+        # Conditional, so that of several processes seeing the same revocation only one signals each process.
+        if BackgroundProcess.objects.filter(pk=process.pk, signalled_at__isnull=True).update(signalled_at=now):
+            process.signalled_at = now
+            claimed.append((process, revocation))
+    return claimed
+
+
+async def _release(process: BackgroundProcess) -> None:
+    """Unclaim a process that could not be signalled, so that it stays listed as running and is tried again."""
+    await BackgroundProcess.objects.filter(pk=process.pk, signalled_at=process.signalled_at).aupdate(signalled_at=None)
+
+
+async def _signal(executor: Executor, process: BackgroundProcess, signum: int) -> bool | None:
+    """Signal the process's group through the executor (PID-safe); None if the executor could not be asked."""
+    try:
+        return await executor.signal_group(process.pid, process.pgid, process.start_ticks, signum)
+    except (ToolFailure, ExecutorLost, ExecutorFault) as error:
+        logger.error("could not signal background process %d of a revoked credential: %s", process.pid, error)
+        return None
+
+
+async def stop_background_processes(revocations: Sequence[Revocation], executor: Callable[[], Executor]) -> list[int]:
+    """SIGTERM, then after a grace period SIGKILL, each background process the revocations cover (PID-safe), and
+    record what was stopped, one audit event per revocation. Returns the pids stopped."""
+    wanted = [revocation for revocation in revocations if revocation.stop_background]
+    if not wanted:
+        return []
+    claimed = await sync_to_async(_claim_processes, thread_sensitive=False)(wanted)
+    if not claimed:
+        return []
+    stopped: Claimed = []
+    for process, revocation in claimed:
+        signalled = await _signal(executor(), process, signal.SIGTERM)
+        if signalled is None:
+            await _release(process)  # the executor is down, and so are its tools; a later pass tries again
+        elif signalled:
+            stopped.append((process, revocation))
+    if not stopped:
+        return []
+    await asyncio.sleep(KILL_GRACE_SECONDS)
+    for process, _revocation in stopped:
+        await _signal(executor(), process, signal.SIGKILL)
+    for revocation in wanted:
+        mine = [process for process, by in stopped if by.pk == revocation.pk]
+        if mine:
+            await aevent(
+                "credentials.background_stopped",
+                None,
+                instance_id=INSTANCE_ID,
+                revocation_id=revocation.pk,
+                reason=revocation.reason,
+                revoked_by=revocation.username,
+                pids=[process.pid for process in mine],
+                credentials=sorted({process.credential for process in mine}),
+                commands=[process.command[:200] for process in mine],
+            )
+    return [process.pid for process, _revocation in stopped]
 
 
 class RevocationWatcher:
@@ -117,11 +160,11 @@ class RevocationWatcher:
             if cancelled:
                 logger.warning("cancelled %d running tool call(s) of revoked credentials (%s)", cancelled, revocation)
             self._last_id = revocation.pk
-            if revocation.stop_background:
-                # In a task of its own: the SIGKILL grace period must not hold up cancelling further calls.
-                task = asyncio.get_running_loop().create_task(stop_background_processes(revocation, self.executor))
-                self._stopping.add(task)
-                task.add_done_callback(self._stopping.discard)
+        if any(revocation.stop_background for revocation in revocations):
+            # In a task of its own: the SIGKILL grace period must not hold up cancelling further calls.
+            task = asyncio.get_running_loop().create_task(stop_background_processes(revocations, lambda: self.executor))
+            self._stopping.add(task)
+            task.add_done_callback(self._stopping.discard)
 
 
 _watcher: RevocationWatcher | None = None
@@ -129,8 +172,11 @@ _watcher: RevocationWatcher | None = None
 
 def on_credentials_revoked(sender: Any, revocation: Revocation, **kwargs: Any) -> None:
     """Receiver of oauth's `credentials_revoked`: wake this server's watcher, or, in a process without one (a
-    management command), stop the background processes right here."""
+    management command), stop the background processes right here, through the executor this process is configured
+    for: production's service (`sandstorm-manage` sets its socket), or in development an executor child of its own,
+    running as the same user as the server's. The server processes' watchers see the same revocation within
+    POLL_SECONDS; whichever process claims a background process first stops it."""
     if _watcher is not None:
         _watcher.wake_threadsafe()
     elif revocation.stop_background:
-        asyncio.run(stop_background_processes(revocation, get_runtime().executor))
+        asyncio.run(stop_background_processes([revocation], lambda: get_runtime().executor))

@@ -9,6 +9,9 @@ client (Sandstorm sends none). So a request without a progress token gets a JSON
 its stream and its progress. The SDK's 2026-07-28 path decides the same way: it commits to SSE only once a handler
 emits a notification.
 
+Each session's transport also reports to its credential's place in the session ledger (mcpserver.sessions): the
+requests it serves, whether one went beyond the handshake, and its end.
+
 The SDK's transport reads `is_json_response_enabled` wherever it chooses between the two; here that is a property,
 true while one chosen POST is handled. It is a context variable set in that POST's own task, so the session's
 message router (a task started by the session's opening request, which never sets it) keeps routing notifications
@@ -21,12 +24,15 @@ import asyncio
 import json
 import logging
 from contextvars import ContextVar
+from typing import Any
 
 from mcp.server import streamable_http_manager
 from mcp.server.streamable_http import StreamableHTTPServerTransport, check_accept_headers
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
+
+from mcpserver.sessions import OPENING, OpenSession
 
 logger = logging.getLogger(__name__)
 _ANSWER_WITH_JSON: ContextVar[bool] = ContextVar("sandstorm_answer_with_json", default=False)
@@ -36,7 +42,7 @@ def only_an_answer_can_follow(body: bytes) -> bool:
     """Whether `body` is one JSON-RPC request, other than `initialize`, without a progress token."""
     try:
         message = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # deep nesting raises RecursionError, not ValueError
         return False
     if not isinstance(message, dict) or "id" not in message or not isinstance(message.get("method"), str):
         return False
@@ -50,6 +56,31 @@ def only_an_answer_can_follow(body: bytes) -> bool:
 class SandstormTransport(StreamableHTTPServerTransport):
     """The SDK's session transport, answering with JSON where nothing but the answer can follow."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Made by the SDK while it admits the request that opens the session: that request's reservation.
+        self.ledger_entry: OpenSession | None = None
+        entry = OPENING.get()
+        if entry is not None and entry.transport is None and self.mcp_session_id is not None:
+            entry.bind(self)
+            self.ledger_entry = entry
+
+    async def handle_request(self, scope: Scope, receive: Receive, send: Send) -> None:
+        entry = self.ledger_entry
+        if entry is None:
+            await super().handle_request(scope, receive, send)
+            return
+        entry.request_started()
+        try:
+            await super().handle_request(scope, receive, send)
+        finally:
+            entry.request_ended()
+
+    async def terminate(self) -> None:
+        if self.ledger_entry is not None:
+            self.ledger_entry.release()  # before any await: the place is free at once
+        await super().terminate()
+
     @property  # type: ignore[override]
     def is_json_response_enabled(self) -> bool:
         return self._json_for_every_request or _ANSWER_WITH_JSON.get()
@@ -60,6 +91,8 @@ class SandstormTransport(StreamableHTTPServerTransport):
 
     async def _handle_post_request(self, scope: Scope, request: Request, receive: Receive, send: Send) -> None:
         # The body is already buffered (the SDK's body-size limit reads it first); the SDK reads the same bytes.
+        if self.ledger_entry is not None and not self.ledger_entry.used:
+            self.ledger_entry.note_body(await request.body())
         if self._json_for_every_request or check_accept_headers(request) != (True, True):
             await super()._handle_post_request(scope, request, receive, send)  # as the SDK would, 406 included
             return

@@ -72,7 +72,8 @@ class BearerTokenAdmin(admin.ModelAdmin):
         count = revoke_tokens(queryset, request_actor(request))
         self.message_user(
             request,
-            f"Revoked {count} token(s). Agents using them are refused from their next request; their running tool calls were cancelled.",
+            f"Revoked {count} token(s). Agents using them are refused from their next request; their running tool calls "
+            "were cancelled and their background processes are being stopped.",
             messages.SUCCESS,
         )
 

@@ -67,7 +67,7 @@ class ClientAdmin(ReadOnlyAdmin):
     @admin.action(description="Revoke every token of the selected clients")
     def revoke(self, request: HttpRequest, queryset: QuerySet[Application]) -> None:
         count = revoke_clients(queryset, request_actor(request))
-        self.message_user(request, f"Revoked the tokens of {count} client(s); their running tool calls were cancelled.", messages.SUCCESS)
+        self.message_user(request, f"Revoked the tokens of {count} client(s); their running tool calls were cancelled and their background processes are being stopped.", messages.SUCCESS)
 
     @admin.action(description="Revoke and remove the selected clients")
     def revoke_and_remove(self, request: HttpRequest, queryset: QuerySet[Application]) -> None:
@@ -100,7 +100,7 @@ class AccessTokenAdmin(ReadOnlyAdmin):
     @admin.action(description="Revoke the selected access tokens (with their refresh tokens)")
     def revoke(self, request: HttpRequest, queryset: QuerySet[AccessToken]) -> None:
         count = revoke_access_tokens(queryset, request_actor(request))
-        self.message_user(request, f"Revoked {count} access token(s) and their refresh-token families.", messages.SUCCESS)
+        self.message_user(request, f"Revoked {count} access token(s) and their refresh-token families; the running tool calls and background processes of their clients are being stopped.", messages.SUCCESS)
 
 
 @admin.register(RefreshToken)

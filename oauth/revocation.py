@@ -2,8 +2,8 @@
 
 The toolkit deletes access tokens and marks refresh tokens revoked one at a time; this module revokes by client,
 by token family and by replayed code, records each in the audit log, and announces it: a Revocation row plus the
-`credentials_revoked` signal, on which the MCP server cancels the running tool calls of those credentials (and,
-if asked, stops their background processes). `oauth` cannot import `mcpserver`; the signal is the seam.
+`credentials_revoked` signal, on which the MCP server cancels the running tool calls of those credentials and
+stops their background processes. `oauth` cannot import `mcpserver`; the signal is the seam.
 """
 
 from __future__ import annotations
@@ -32,10 +32,11 @@ def announce(
     reason: str,
     by: Actor | None,
     prefixes: Iterable[str] = (),
-    stop_background: bool = False,
+    stop_background: bool = True,
 ) -> Revocation | None:
     """Record that the credentials with these principal keys (or key prefixes) were revoked; signal it once
-    committed."""
+    committed. Their running tool calls are cancelled and, unless `stop_background` is False (a rotation may
+    choose so), the background processes they started are stopped."""
     unique, prefix_list = sorted(set(keys)), sorted(set(prefixes))
     if not unique and not prefix_list:
         return None

@@ -53,6 +53,12 @@ RATE_LIMIT_PER_MINUTE = env_int("SANDSTORM_RATE_LIMIT", 600)
 MAX_CONCURRENT_CALLS = env_int("SANDSTORM_MAX_CONCURRENT_CALLS", 16, minimum=1)
 RESULT_CAP_BYTES = env_int("SANDSTORM_RESULT_CAP", 262144, minimum=4096, maximum=900_000)
 MAX_REQUEST_BYTES = env_int("SANDSTORM_MAX_REQUEST_BYTES", 4194304, minimum=65536)
+# Open MCP sessions (2025-11-25) per credential and per user, in each server process; a credential at its cap loses
+# its own oldest idle session to a new one. A session that makes no request beyond the handshake is closed after
+# SANDSTORM_SESSION_UNUSED_TIMEOUT seconds (any session after 30 idle minutes, the SDK's default).
+MAX_SESSIONS_PER_CREDENTIAL = env_int("SANDSTORM_MAX_SESSIONS_PER_CREDENTIAL", 16, minimum=1)
+MAX_SESSIONS_PER_USER = env_int("SANDSTORM_MAX_SESSIONS_PER_USER", 256, minimum=1)
+SESSION_UNUSED_TIMEOUT = env_int("SANDSTORM_SESSION_UNUSED_TIMEOUT", 60, minimum=1)
 AUDIT_EXCERPT_BYTES = env_int("SANDSTORM_AUDIT_EXCERPT", 8192, minimum=256)
 # Disk budget of the audit log (bytes; 0 = none): at it, tool calls are refused until an admin prunes or raises it.
 AUDIT_MAX_BYTES = env_int("SANDSTORM_AUDIT_MAX_BYTES", 10 * 1024**3)

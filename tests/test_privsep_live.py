@@ -269,6 +269,29 @@ async def test_a_background_process_survives_a_server_restart_and_terminal_kill_
     poll(lambda: pid not in live_pids_with(marker), 15, what="the background process to end")
 
 
+async def test_revoke_token_on_the_shell_stops_the_tokens_background_processes_through_the_agents_executor(layout: Layout) -> None:
+    """With the server down, so the command itself must reach the executor (another user's process) through its
+    socket, as `sandstorm-manage` lets it."""
+    name, marker, kept_marker = f"bg-{uuid.uuid4().hex[:8]}", f"revoked-{uuid.uuid4().hex}", f"kept-{uuid.uuid4().hex}"
+    token = layout.server.manage("create_token", name).stdout.strip().splitlines()[-1]
+    async with mcp_client(layout.server.mcp_url, token) as client:
+        started = text_of(await client.call_tool("terminal_exec_background", {"command": f"sleep 300; : {marker}"}))
+    async with mcp_client(layout.server.mcp_url, layout.server.token) as client:
+        kept = text_of(await client.call_tool("terminal_exec_background", {"command": f"sleep 300; : {kept_marker}"}))
+    pid, kept_pid = (int(text.split("PID: ")[1].split()[0]) for text in (started, kept))
+    assert os.stat(f"/proc/{pid}").st_uid == layout.agent.pw_uid
+    layout.server.stop()
+    try:
+        layout.server.manage("revoke_token", name)
+        poll(lambda: pid not in live_pids_with(marker), 15, what="the revoked token's background process to end")
+        assert kept_pid in live_pids_with(kept_marker), "another credential's process is untouched"
+    finally:
+        layout.server.start()
+    code = "from audit.models import AuditRecord; print([r.detail['pids'] for r in AuditRecord.objects.filter(event='credentials.background_stopped')])"
+    assert str([pid]) in layout.server.manage("shell", "--no-imports", "-c", code).stdout
+    os.killpg(kept_pid, signal.SIGKILL)
+
+
 async def test_a_dead_executor_fails_calls_clearly_and_health_says_so_until_it_is_back(layout: Layout) -> None:
     marker = f"lost-{uuid.uuid4().hex}"
     async with mcp_client(layout.server.mcp_url, layout.server.token) as client:

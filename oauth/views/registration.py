@@ -106,7 +106,7 @@ def read_metadata(request: HttpRequest) -> dict[str, Any] | JsonResponse:
         return too_big
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # deep nesting raises RecursionError, not ValueError
         data = None
     return data if isinstance(data, dict) else error("invalid_client_metadata", "Request body must be a JSON object")
 

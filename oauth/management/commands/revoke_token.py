@@ -9,7 +9,10 @@ from oauth.tokens import revoke_tokens, shell_actor
 
 
 class Command(BaseCommand):
-    help = "Revoke bearer tokens by id, name or visible prefix. Agents using them are refused from their next request."
+    help = (
+        "Revoke bearer tokens by id, name or visible prefix. Agents using them are refused from their next request; "
+        "their running tool calls are cancelled and their background processes stopped."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("token", help="a token's id, name or prefix (as shown in the admin)")

@@ -1,0 +1,149 @@
+"""How many MCP sessions (2025-11-25, `Mcp-Session-Id`) each credential and each user may hold open in this process.
+
+The SDK's session table is one for everybody (10,000 sessions, each closed after 30 idle minutes), so one
+credential opening sessions in a loop filled it and every other client got 503. Here:
+
+- **Per credential** (a bearer token, or an OAuth client for one user: the principal's key, the same key the rate
+  limit and revocation use, and which a refreshing client keeps): at most `per_credential` open sessions. One more
+  ends that credential's own least recently used idle session instead of being refused, so a client that reconnects
+  often without closing its sessions (a restarted agent) keeps working, and a credential can only ever push out its
+  own sessions. If every one of them is busy (a request in flight), the new one is refused with 429.
+- **Per user** (over all of a user's credentials): at most `per_user`, so that many tokens of one user cannot fill
+  the table either; at the cap a new session may again only replace an idle one of its own credential, else 429.
+- A session that makes no request beyond the handshake (`initialize`, `notifications/initialized`) within
+  `unused_timeout` seconds is closed, so a flood of opened-and-forgotten sessions does not wait 30 minutes.
+
+The SDK makes a session's transport (our SandstormTransport) while it admits the opening request; the request's
+reservation reaches it through a context variable, and the transport reports its requests and its end here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+logger = logging.getLogger(__name__)
+HANDSHAKE_METHODS = frozenset({"initialize", "notifications/initialized"})
+
+
+class SessionTransport(Protocol):
+    mcp_session_id: str | None
+    idle_scope: Any  # anyio.CancelScope | None: cancelling it ends the session (the SDK's idle timeout does so)
+
+
+@dataclass(eq=False)
+class OpenSession:
+    """One session of one credential: reserved by its opening request, bound to the transport the SDK makes."""
+
+    ledger: SessionLedger
+    key: str
+    user_id: int
+    transport: SessionTransport | None = None
+    in_flight: int = 0
+    used: bool = False
+    closed: bool = False
+    last_active: float = field(default_factory=time.monotonic)
+    _expiry: asyncio.TimerHandle | None = None
+
+    @property
+    def idle(self) -> bool:
+        return self.transport is not None and self.in_flight == 0 and not self.closed
+
+    def bind(self, transport: SessionTransport) -> None:
+        self.transport = transport
+        loop = asyncio.get_running_loop()
+        self._expiry = loop.call_later(self.ledger.unused_timeout, self._close_if_unused)
+
+    def request_started(self) -> None:
+        self.in_flight += 1
+
+    def request_ended(self) -> None:
+        self.in_flight -= 1
+        self.last_active = time.monotonic()
+
+    def note_body(self, body: bytes) -> None:
+        """Mark the session used once a request goes beyond the handshake (parsed only until then)."""
+        if not self.used and goes_beyond_handshake(body):
+            self.used = True
+
+    def release(self) -> None:
+        """The session has ended (or was never made): its place is free. Idempotent."""
+        if self._expiry is not None:
+            self._expiry.cancel()
+        self.ledger.forget(self)
+
+    def end(self, why: str) -> None:
+        """End the session as the SDK's idle timeout would: it then answers 404 and the client starts a new one."""
+        self.release()
+        scope = self.transport.idle_scope if self.transport is not None else None
+        if scope is not None:
+            logger.info("closing MCP session %s of %s: %s", self.transport.mcp_session_id, self.key, why)  # type: ignore[union-attr]
+            scope.cancel()
+
+    def _close_if_unused(self) -> None:
+        if not self.used and not self.closed:
+            self.end(f"no request beyond the handshake within {self.ledger.unused_timeout:g} s")
+
+
+class SessionLedger:
+    """The open sessions of this process by credential and by user. Used on the event loop's thread only."""
+
+    def __init__(self, *, per_credential: int, per_user: int, unused_timeout: float) -> None:
+        self.per_credential = per_credential
+        self.per_user = per_user
+        self.unused_timeout = unused_timeout
+        self._by_key: dict[str, list[OpenSession]] = {}
+        self._per_user: dict[int, int] = {}
+
+    def open_count(self, key: str) -> int:
+        return len(self._by_key.get(key, ()))
+
+    def admit(self, key: str, user_id: int) -> OpenSession | None:
+        """Reserve a place for a new session of `key`, ending its least recently used idle session if it is at a
+        cap; None if it is at a cap with every session busy."""
+        mine = self._by_key.setdefault(key, [])
+        if len(mine) >= self.per_credential or self._per_user.get(user_id, 0) >= self.per_user:
+            idle = [entry for entry in mine if entry.idle]
+            if not idle:
+                if not mine:
+                    del self._by_key[key]
+                return None
+            min(idle, key=lambda entry: entry.last_active).end("its credential opened a new session at its cap")
+            mine = self._by_key.setdefault(key, [])
+        entry = OpenSession(self, key, user_id)
+        mine.append(entry)
+        self._per_user[user_id] = self._per_user.get(user_id, 0) + 1
+        return entry
+
+    def forget(self, entry: OpenSession) -> None:
+        if entry.closed:
+            return
+        entry.closed = True
+        mine = self._by_key.get(entry.key, [])
+        mine.remove(entry)
+        if not mine:
+            self._by_key.pop(entry.key, None)
+        left = self._per_user[entry.user_id] - 1
+        if left:
+            self._per_user[entry.user_id] = left
+        else:
+            del self._per_user[entry.user_id]
+
+
+def goes_beyond_handshake(body: bytes) -> bool:
+    """Whether a POSTed JSON-RPC body (one message or a batch) holds anything but the handshake's messages."""
+    try:
+        parsed = json.loads(body)
+    except (ValueError, RecursionError):
+        return False
+    messages = parsed if isinstance(parsed, list) else [parsed]
+    return any(not isinstance(message, dict) or message.get("method") not in HANDSHAKE_METHODS for message in messages)
+
+
+# The reservation of the request being admitted, for the transport the SDK makes for it (mcpserver.transport).
+OPENING: ContextVar[OpenSession | None] = ContextVar("sandstorm_opening_session", default=None)
