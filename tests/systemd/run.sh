@@ -133,7 +133,7 @@ boot() {
 
 # A command inside the running container, as root, with a clean environment.
 in_ct() {
-    nsenter --target "$LEADER" --all --root --wd=/ -- /usr/bin/env -i \
+    nsenter --target "$LEADER" --all --root -- /usr/bin/env -i -C / \
         PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 TERM=dumb "$@"
 }
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from typing import Any
 
@@ -29,7 +30,12 @@ class Command(BaseCommand):
         # logging configuration, not Daphne's, sets the levels. `-m daphne`: the interpreter we run under.
         argv = [sys.executable, "-m", "daphne", "--verbosity", "0"]
         if options["systemd_socket"]:
-            argv += ["--proxy-headers", "-e", f"fd:domain=UNIX:fileno={systemd_socket_fd()}"]
+            require_systemd_socket()
+            # Twisted's systemd endpoint adopts it. Importing Daphne (Django's app loading) had Twisted take
+            # LISTEN_PID, LISTEN_FDS and LISTEN_FDNAMES out of this process's environment: they are put back for
+            # the Daphne exec'd below, which is this same process (same pid).
+            os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS="1", LISTEN_FDNAMES="daphne")
+            argv += ["--proxy-headers", "-e", "systemd:domain=UNIX:index=0"]
         elif options["unix_socket"]:
             argv += ["--proxy-headers", "-u", options["unix_socket"]]
         else:
@@ -41,11 +47,27 @@ class Command(BaseCommand):
         os.execv(sys.executable, argv)
 
 
-def systemd_socket_fd() -> int:
-    """The one listening socket systemd passed to this process (LISTEN_FDS/LISTEN_PID), which Daphne adopts."""
-    if os.environ.get("LISTEN_PID") != str(os.getpid()) or os.environ.get("LISTEN_FDS") != "1":
+def require_systemd_socket() -> None:
+    """Refuse to start unless systemd passed a listening Unix socket as fd 3 (sandstorm-mcp.socket).
+
+    Checked on the descriptor itself, not through LISTEN_PID/LISTEN_FDS: importing Daphne (Django's app loading)
+    has Twisted take those variables out of the environment before this command runs.
+    """
+    try:
+        listener = socket.socket(fileno=SYSTEMD_FIRST_FD)
+    except OSError:
+        listener = None
+    try:
+        listening = (
+            listener is not None
+            and listener.family == socket.AF_UNIX
+            and listener.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) == 1
+        )
+    finally:
+        if listener is not None:
+            listener.detach()  # the descriptor stays open, for Daphne
+    if not listening:
         raise CommandError(
-            "--systemd-socket needs the one socket systemd passes (LISTEN_FDS=1 for this process): "
+            "--systemd-socket needs the listening Unix socket systemd passes as file descriptor 3: "
             "start the server with `systemctl start sandstorm-mcp` (sandstorm-mcp.socket), not by hand"
         )
-    return SYSTEMD_FIRST_FD
