@@ -59,6 +59,8 @@ DROP_IN="$UNIT_DIR/$EXECUTOR.service.d/agent-sudo.conf"
 # The executor's resource limits, rendered from SANDSTORM_EXECUTOR_* in the env file (systemd reads no unit
 # setting from an EnvironmentFile).
 LIMITS_DROP_IN="$UNIT_DIR/$EXECUTOR.service.d/limits.conf"
+# The rule for RUN_DIR, Daphne's socket's directory (0750, the server's user and Caddy's group).
+TMPFILES_CONF="$PREFIX/etc/tmpfiles.d/$SERVICE.conf"
 # Where installers before privilege separation put the drop-in (tools ran in the server's unit then).
 OLD_DROP_IN="$UNIT_DIR/$SERVICE.service.d/agent-sudo.conf"
 SUDOERS_FILE="$PREFIX/etc/sudoers.d/$SERVICE"
@@ -540,6 +542,7 @@ install_units() {
         CHANGED_SOCKET=1
     fi
     put_rendered "$REPO/deploy/$EXECUTOR.service" "$UNIT_DIR/$EXECUTOR.service" 0644 root:root && CHANGED_UNITS=1
+    put_rendered "$REPO/deploy/systemd/tmpfiles.conf" "$TMPFILES_CONF" 0644 root:root && CHANGED_SERVER_SOCKET=1
     if put_rendered "$REPO/deploy/$SERVICE.socket" "$UNIT_DIR/$SERVICE.socket" 0644 root:root; then
         CHANGED_UNITS=1
         CHANGED_SERVER_SOCKET=1
@@ -653,6 +656,7 @@ start_service() {
         if unit_active "$SERVICE.service"; then
             run systemctl stop "$SERVICE.service"
         fi
+        run systemd-tmpfiles --create "$TMPFILES_CONF"
         run systemctl restart "$SERVICE.socket"
     fi
     start_or_restart "$SERVICE.service" $((CHANGED_CODE + CHANGED_UNITS + CHANGED_CONFIG + CHANGED_GROUPS))
