@@ -613,7 +613,11 @@ stop_for_upgrade() {
     [ "$CHANGED_CODE" -eq 1 ] || return 0
     if unit_active "$SERVICE.service"; then
         say "Stopping the server for the upgrade (running tool calls are finished or recorded as cancelled)"
-        run systemctl stop "$SERVICE.service"
+        # Its socket too, or the next request through Caddy would start it again on half-installed code.
+        run systemctl stop "$SERVICE.service" "$SERVICE.socket"
+    fi
+    if unit_active "$SERVICE.socket"; then
+        run systemctl stop "$SERVICE.socket"
     fi
     if unit_active "$EXECUTOR.service"; then
         say "Stopping the tool executor for the upgrade (background processes keep running)"
