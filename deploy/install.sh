@@ -527,11 +527,41 @@ bootstrap() {
         note "would run: sandstorm-manage bootstrap (migrations; first install: admin user and token, printed once)"
         return 0
     fi
+    # What bootstrap prints (on a first install the admin password and a token, shown once) is kept, root's
+    # alone, until the smoke test has passed: nothing is announced as ready before it is.
+    BOOTSTRAP_OUTPUT="$(mktemp)"
+    trap keep_unshown_secrets EXIT
+    local status=0
     if [ ${#SUDO[@]} -eq 0 ]; then
-        "$MANAGE" bootstrap
+        "$MANAGE" bootstrap >"$BOOTSTRAP_OUTPUT" || status=$?
     else
-        sudo --preserve-env=SANDSTORM_ADMIN_PASSWORD -- "$MANAGE" bootstrap
+        # shellcheck disable=SC2024  # on purpose: the file is the invoking admin's (mktemp, 0600)
+        sudo --preserve-env=SANDSTORM_ADMIN_PASSWORD -- "$MANAGE" bootstrap >"$BOOTSTRAP_OUTPUT" || status=$?
     fi
+    if [ "$status" -ne 0 ]; then
+        cat "$BOOTSTRAP_OUTPUT"
+        die "sandstorm-manage bootstrap failed (exit $status): see the lines above"
+    fi
+    note "migrations applied"
+}
+
+# Exit trap: an install that fails after bootstrap leaves what it printed (maybe the only copy of the first admin
+# password and token) in its file, and says where, instead of printing it under an error.
+keep_unshown_secrets() {
+    [ -n "${BOOTSTRAP_OUTPUT:-}" ] || return 0
+    if [ "$FIRST_INSTALL" -eq 1 ] && [ -s "$BOOTSTRAP_OUTPUT" ]; then
+        printf 'install.sh: Sandstorm is NOT ready. The first admin password and token (shown once) are in %s (yours alone): read it, then delete it.\n' "$BOOTSTRAP_OUTPUT" >&2
+    else
+        rm -f "$BOOTSTRAP_OUTPUT"
+    fi
+}
+
+# After the smoke test: what bootstrap printed, now true.
+show_bootstrap_output() {
+    [ -n "${BOOTSTRAP_OUTPUT:-}" ] || return 0
+    cat "$BOOTSTRAP_OUTPUT"
+    rm -f "$BOOTSTRAP_OUTPUT"
+    BOOTSTRAP_OUTPUT=""
 }
 
 install_units() {
@@ -736,8 +766,6 @@ https() { curl --silent --show-error --max-time 20 --resolve "$DOMAIN:443:127.0.
 
 make_ca_bundle() {
     CA_BUNDLE="$(mktemp)"
-    # shellcheck disable=SC2064  # the name is fixed now
-    trap "rm -f '$CA_BUNDLE'" EXIT
     cat /etc/ssl/certs/ca-certificates.crt >"$CA_BUNDLE" 2>/dev/null || true
     as_root cat "$CADDY_LOCAL_ROOT" >>"$CA_BUNDLE" 2>/dev/null || true
 }
@@ -809,7 +837,10 @@ smoke_test() {
     wait_until_ready
     check_caddy_reaches_socket
     make_ca_bundle
-    smoke_through_caddy
+    local status=0
+    (smoke_through_caddy) || status=$?
+    rm -f "$CA_BUNDLE"
+    [ "$status" -eq 0 ] || exit "$status"
 }
 
 smoke_through_caddy() {
@@ -904,6 +935,7 @@ main() {
     start_service
     install_caddy_site
     smoke_test
+    show_bootstrap_output
     summary
 }
 

@@ -5,6 +5,7 @@
 #
 #   sudo bash tests/systemd/run.sh        (make test-systemd; .ci/run runs it once)
 #
+# SANDSTORM_UPGRADE_FROM=REV upgrades from REV instead of HEAD~1 (e.g. the released version).
 # Needs root, debootstrap, systemd-container, and ports 80, 443 and 2019 free: the container shares the host's
 # network (it downloads packages), so its Caddy listens on the host's ports. The container is always powered off
 # and the overlay removed, also when a check fails or the run is interrupted. The last line is the summary.
@@ -89,10 +90,10 @@ copy_checkouts() {
         log "warning: $REPO has uncommitted changes; the test installs the committed HEAD ${head:0:12}"
     git clone --quiet --no-hardlinks "$REPO" "$MERGED/root/sandstorm"
     git -C "$MERGED/root/sandstorm" checkout --quiet --detach "$head"
-    if previous="$(git -C "$REPO" rev-parse --verify --quiet 'HEAD~1')"; then
+    if previous="$(git -C "$REPO" rev-parse --verify --quiet "${SANDSTORM_UPGRADE_FROM:-HEAD~1}^{commit}")"; then
         git clone --quiet --no-hardlinks "$REPO" "$MERGED/root/sandstorm-prev"
         git -C "$MERGED/root/sandstorm-prev" checkout --quiet --detach "$previous"
-        log "HEAD ${head:0:12}, upgrading from HEAD~1 ${previous:0:12}"
+        log "HEAD ${head:0:12}, upgrading from ${SANDSTORM_UPGRADE_FROM:-HEAD~1} ${previous:0:12}"
     else
         log "WARNING: HEAD ${head:0:12} has no parent commit in this clone (shallow?): THE UPGRADE CHECK IS SKIPPED"
     fi
