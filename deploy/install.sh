@@ -643,9 +643,10 @@ stop_for_upgrade() {
     [ "$CHANGED_CODE" -eq 1 ] || return 0
     if unit_active "$SERVICE.service"; then
         say "Stopping the server for the upgrade (running tool calls are finished or recorded as cancelled)"
-        # Its socket too, or the next request through Caddy would start it again on half-installed code.
-        run systemctl stop "$SERVICE.service" "$SERVICE.socket"
+        run systemctl stop "$SERVICE.service"
     fi
+    # Its socket too (none before this version), or the next request through Caddy would start the server again
+    # on half-installed code.
     if unit_active "$SERVICE.socket"; then
         run systemctl stop "$SERVICE.socket"
     fi
