@@ -34,22 +34,22 @@ async def main(domain: str, ca_file: str, token_file: str, action: str, argument
     async with http, Client(streamable_http_client(f"https://{domain}/mcp", http_client=http)) as client:  # type: ignore[arg-type]
         if action == "exec":
             result = await client.call_tool("terminal_exec", {"command": argument})
-            structured = result.structuredContent or {}
-            if result.isError or structured.get("exit_code") != 0:
+            structured = result.structured_content or {}
+            if result.is_error or structured.get("exit_code") != 0:
                 print(f"terminal_exec failed: {text_of(result)[:500]}")
                 return 1
             print(str(structured.get("stdout", "")).strip())
         elif action == "background":
             result = await client.call_tool("terminal_exec_background", {"command": argument})
             found = re.search(r"^PID: (\d+)$", text_of(result), re.M)
-            if result.isError or not found:
+            if result.is_error or not found:
                 print(f"terminal_exec_background failed: {text_of(result)[:500]}")
                 return 1
             print(found.group(1))
         elif action == "kill":
             result = await client.call_tool("terminal_kill", {"pid": int(argument)})
             print(text_of(result))
-            return 1 if result.isError else 0
+            return 1 if result.is_error else 0
         else:
             print(f"unknown action {action!r}")
             return 2
