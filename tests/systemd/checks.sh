@@ -126,17 +126,17 @@ check_mcp_exec_as_agent() {
 
 check_agent_locked_out() {
     local path
-    for path in "$STATE_DIR" "$STATE_DIR/sandstorm.sqlite3" "$ENV_FILE"; do
-        if runuser -u "$AGENT" -- cat "$path" >/dev/null 2>&1 || runuser -u "$AGENT" -- ls "$path" >/dev/null 2>&1; then
-            fail "$AGENT can read $path"
-        fi
+    runuser -u "$AGENT" -- ls "$STATE_DIR/" >/dev/null 2>&1 && fail "$AGENT can list $STATE_DIR"
+    for path in "$STATE_DIR/sandstorm.sqlite3" "$STATE_DIR/secret_key" "$ENV_FILE"; do
+        [ -e "$path" ] || fail "$path does not exist (the check would prove nothing)"
+        runuser -u "$AGENT" -- head -c 1 "$path" >/dev/null 2>&1 && fail "$AGENT can read $path"
     done
     can_connect "$AGENT" "$DAPHNE_SOCKET" && fail "$AGENT can connect to $DAPHNE_SOCKET"
     can_connect "$AGENT" "$EXECUTOR_SOCKET" && fail "$AGENT can connect to $EXECUTOR_SOCKET"
     can_connect caddy "$DAPHNE_SOCKET" || fail "caddy cannot connect to $DAPHNE_SOCKET"
     # And from where agents really are: a tool command, in the executor's unit.
     local seen
-    seen="$(mcp exec "for p in $STATE_DIR $ENV_FILE; do cat \$p >/dev/null 2>&1 || ls \$p >/dev/null 2>&1 && echo READ \$p; done; curl -s --max-time 5 --unix-socket $DAPHNE_SOCKET http://x/health >/dev/null && echo REACHED daphne; true")" || fail "$seen"
+    seen="$(mcp exec "ls $STATE_DIR/ >/dev/null 2>&1 && echo LISTED $STATE_DIR; head -c 1 $ENV_FILE >/dev/null 2>&1 && echo READ $ENV_FILE; curl -s --max-time 5 --unix-socket $DAPHNE_SOCKET http://x/health >/dev/null && echo REACHED daphne; true")" || fail "$seen"
     [ -z "$seen" ] || fail "a tool command could: $seen"
     echo "$AGENT (shell and terminal_exec): no access to $STATE_DIR, $ENV_FILE, either socket; caddy connects"
 }
