@@ -23,6 +23,7 @@ migrates the database and smoke-tests the server.
 
 Environment: SANDSTORM_DOMAIN (required), SANDSTORM_AGENT_USER (default sandstorm-agent),
 SANDSTORM_ADMIN_PASSWORD (first install only; default: generated and printed once),
+SANDSTORM_HTTPS_WAIT (seconds the smoke test waits for Caddy's HTTPS, default 120),
 SANDSTORM_PREFIX (install under this directory instead of /, for tests).
 EOF
 }
@@ -75,7 +76,7 @@ REQUIRED_VARS=(SANDSTORM_PUBLIC_URL SANDSTORM_WORKSPACE_ROOT SANDSTORM_STATE_DIR
 MAX_REQUEST_BYTES=4194304  # SANDSTORM_MAX_REQUEST_BYTES unless the env file sets it
 READY_DEADLINE=60
 # Caddy may first have to get a certificate (ACME) before it answers over HTTPS.
-HTTPS_DEADLINE=120
+HTTPS_DEADLINE="${SANDSTORM_HTTPS_WAIT:-120}"
 # The executor's limits unless the env file sets them: a fork flood or a memory hog an agent starts stops there.
 DEFAULT_TASKS_MAX=4096
 DEFAULT_MEMORY_HIGH=75%

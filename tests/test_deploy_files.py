@@ -14,7 +14,8 @@ import pytest
 from tests.live import REPO
 
 DEPLOY = REPO / "deploy"
-SHELL_SCRIPTS = [DEPLOY / "install.sh", DEPLOY / "sandstorm-manage", REPO / ".ci" / "run"]
+SYSTEMD_TEST = REPO / "tests" / "systemd"
+SHELL_SCRIPTS = [DEPLOY / "install.sh", DEPLOY / "sandstorm-manage", REPO / ".ci" / "run", SYSTEMD_TEST / "run.sh", SYSTEMD_TEST / "checks.sh"]
 SERVER_UNIT, EXECUTOR_UNIT = DEPLOY / "sandstorm-mcp.service", DEPLOY / "sandstorm-mcp-executor.service"
 EXECUTOR_SOCKET_UNIT = DEPLOY / "sandstorm-mcp-executor.socket"
 SERVER_SOCKET_UNIT = DEPLOY / "sandstorm-mcp.socket"
@@ -41,7 +42,7 @@ def render(template: Path, values: dict[str, str]) -> str:
 
 
 def test_every_shell_script_is_shellcheck_clean() -> None:
-    scripts = [*SHELL_SCRIPTS, *(p for p in DEPLOY.rglob("*") if p.is_file() and p.read_text(errors="replace").startswith("#!/usr/bin/env bash"))]
+    scripts = [*SHELL_SCRIPTS, SYSTEMD_TEST / "rootfs.sh", *(p for p in DEPLOY.rglob("*") if p.is_file() and p.read_text(errors="replace").startswith("#!/usr/bin/env bash"))]
     result = subprocess.run([need("shellcheck"), "--shell=bash", "--severity=style", *sorted(set(scripts))], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
