@@ -213,9 +213,9 @@ main() {
     check health_through_caddy
     check mcp_exec_as_agent
     check agent_locked_out
+    check second_install_changes_nothing
     check socket_activation
     check background_survives_restart
-    check second_install_changes_nothing
     check timers_services
     check executor_limits
     check fork_flood_stops_at_tasks_max
