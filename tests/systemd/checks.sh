@@ -169,7 +169,9 @@ check_timers_services() {
     fi
     out="$(journalctl -u "$SERVICE-audit-prune.service" --no-pager -o cat | grep -c 'SANDSTORM_AUDIT_RETENTION_DAYS is not set' || true)"
     [ "$out" -ge 1 ] || fail "no clear line from $SERVICE-audit-prune.service without a retention: $(journalctl -u "$SERVICE-audit-prune.service" -n 5 --no-pager -o cat)"
-    journalctl -u "$SERVICE-audit-prune.service" --no-pager -o cat | grep -q 'audit_prune\|Traceback' && fail "audit_prune ran without a retention"
+    # (audit_prune given an empty date would answer with its usage and "error: argument --before".)
+    journalctl -u "$SERVICE-audit-prune.service" --no-pager -o cat | grep -qE 'Traceback|error: argument|usage: manage.py' &&
+        fail "audit_prune ran without a retention: $(journalctl -u "$SERVICE-audit-prune.service" -n 5 --no-pager -o cat)"
     echo "without SANDSTORM_AUDIT_RETENTION_DAYS: $SERVICE-audit-prune.service stops with one line"
     echo 'SANDSTORM_AUDIT_RETENTION_DAYS=365' >>"$ENV_FILE"
     install /root/sandstorm >/dev/null || fail "install.sh after setting a retention"
