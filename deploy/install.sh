@@ -798,7 +798,7 @@ check_caddy_reaches_socket() {
         local why
         why="$(head -n 1 "$error")"
         rm -f "$error"
-        die "Caddy's user '$CADDY_USER' cannot reach Daphne's socket ($status${why:+: $why}), so every request through Caddy would be a 502. Socket: $(as_root ls -ld "$SOCKET" 2>&1); see systemctl status $SERVICE.socket"
+        die "Caddy's user '$CADDY_USER' cannot reach Daphne's socket ($status${why:+: $why}), so every request through Caddy would be a 502. Its directory, the lock: $(as_root ls -ld "$RUN_DIR" 2>&1) (wanted: drwxr-x--- $SERVICE_USER $CADDY_GROUP, from $TMPFILES_CONF); see systemctl status $SERVICE.socket"
     fi
     rm -f "$error"
     note "$SOCKET: $CADDY_USER connects (200)"

@@ -28,6 +28,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -862,8 +863,18 @@ def test_a_user_with_sudo_runs_the_privileged_steps_through_it(tmp_path: Path, r
 # --- the smoke test goes through Caddy; nothing is announced before it passed -----------------------------------
 
 
-def test_a_first_install_whose_caddy_does_not_answer_fails_without_announcing_its_secrets(tmp_path: Path, repo: Path) -> None:
-    host = make_host(tmp_path, repo)
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A root short enough for the sockets' paths under it (108 bytes at most), which a test's tmp_path is not."""
+    root = Path(tempfile.mkdtemp(prefix="inst", dir="/tmp"))
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_first_install_whose_caddy_does_not_answer_fails_without_announcing_its_secrets(short_tmp: Path, repo: Path) -> None:
+    host = make_host(short_tmp, repo)
     try:
         result = host.install(check=False, FAKE_CADDY_DOWN="1", SANDSTORM_HTTPS_WAIT="2")
     finally:
@@ -880,8 +891,8 @@ def test_a_first_install_whose_caddy_does_not_answer_fails_without_announcing_it
         kept.unlink()
 
 
-def test_caddy_failing_to_start_shows_its_journal_and_how_to_rerun(tmp_path: Path, repo: Path) -> None:
-    host = make_host(tmp_path, repo)
+def test_caddy_failing_to_start_shows_its_journal_and_how_to_rerun(short_tmp: Path, repo: Path) -> None:
+    host = make_host(short_tmp, repo)
     try:
         result = host.install(check=False, FAKE_CADDY_START_FAILS="1")
     finally:
