@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-postgres bench check-python venv clean lock
+.PHONY: run test test-postgres test-systemd bench check-python venv clean lock
 
 check-python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null || \
@@ -32,6 +32,12 @@ test-postgres: venv
 	@case "$$DATABASE_URL" in postgres://*|postgresql://*) ;; \
 		*) echo "make test-postgres needs DATABASE_URL=postgres://user:password@host:port/name"; exit 2;; esac
 	$(PY) -m pytest
+
+# The production install under a real systemd (not part of `make test`, which cannot boot a container): as root,
+# with debootstrap and systemd-container; a Debian 12 rootfs is cached in /var/tmp/sandstorm-systemd-ci. Installs
+# the committed HEAD (an upgrade from HEAD~1). Takes Caddy's ports 80, 443 and 2019 while it runs. CI runs it.
+test-systemd:
+	bash tests/systemd/run.sh
 
 # The real server under load (not part of `make test`): prints a Markdown table and writes var/bench/latest.json.
 # `make bench BENCH_ARGS=--quick` is a smoke run. The seeded databases are cached in var/bench/.

@@ -23,6 +23,7 @@ migrates the database and smoke-tests the server.
 
 Environment: SANDSTORM_DOMAIN (required), SANDSTORM_AGENT_USER (default sandstorm-agent),
 SANDSTORM_ADMIN_PASSWORD (first install only; default: generated and printed once),
+SANDSTORM_HTTPS_WAIT (seconds the smoke test waits for Caddy's HTTPS, default 120),
 SANDSTORM_PREFIX (install under this directory instead of /, for tests).
 EOF
 }
@@ -36,6 +37,9 @@ EXECUTOR="$SERVICE-executor"
 SERVICE_USER="sandstorm"
 AGENT_USER="${SANDSTORM_AGENT_USER:-sandstorm-agent}"
 CADDY_GROUP="caddy"
+CADDY_USER="caddy"
+# Where Caddy keeps its local CA (the issuer of certificates for *.localhost and other internal names).
+CADDY_LOCAL_ROOT="$PREFIX/var/lib/caddy/.local/share/caddy/pki/authorities/local/root.crt"
 APP_ROOT="$PREFIX/opt/$SERVICE"
 APP_DIR="$APP_ROOT/app"
 VENV="$APP_ROOT/venv"
@@ -47,12 +51,17 @@ ENV_FILE="$PREFIX/etc/$SERVICE.env"
 # Optional, the admin's: what tool processes may get (SANDSTORM_TOOL_ENV_ALLOW and its variables); never written here.
 EXECUTOR_ENV_FILE="$PREFIX/etc/$EXECUTOR.env"
 RUN_DIR="$PREFIX/run/$SERVICE"
-SOCKET="$RUN_DIR/daphne.sock"
+SOCKET="$RUN_DIR/daphne.sock"  # systemd's (sandstorm-mcp.socket), handed to Daphne
 # The directory of the executor's socket (systemd's: sandstorm-mcp-executor.socket); the server's unit, the
 # maintenance units and sandstorm-manage point at the socket in it.
 EXECUTOR_RUN_DIR="$PREFIX/run/$EXECUTOR"
 UNIT_DIR="$PREFIX/etc/systemd/system"
 DROP_IN="$UNIT_DIR/$EXECUTOR.service.d/agent-sudo.conf"
+# The executor's resource limits, rendered from SANDSTORM_EXECUTOR_* in the env file (systemd reads no unit
+# setting from an EnvironmentFile).
+LIMITS_DROP_IN="$UNIT_DIR/$EXECUTOR.service.d/limits.conf"
+# The rule for RUN_DIR, Daphne's socket's directory (0750, the server's user and Caddy's group).
+TMPFILES_CONF="$PREFIX/etc/tmpfiles.d/$SERVICE.conf"
 # Where installers before privilege separation put the drop-in (tools ran in the server's unit then).
 OLD_DROP_IN="$UNIT_DIR/$SERVICE.service.d/agent-sudo.conf"
 SUDOERS_FILE="$PREFIX/etc/sudoers.d/$SERVICE"
@@ -66,6 +75,12 @@ PACKAGES=(python3 python3-venv git caddy curl)
 REQUIRED_VARS=(SANDSTORM_PUBLIC_URL SANDSTORM_WORKSPACE_ROOT SANDSTORM_STATE_DIR)
 MAX_REQUEST_BYTES=4194304  # SANDSTORM_MAX_REQUEST_BYTES unless the env file sets it
 READY_DEADLINE=60
+# Caddy may first have to get a certificate (ACME) before it answers over HTTPS.
+HTTPS_DEADLINE="${SANDSTORM_HTTPS_WAIT:-120}"
+# The executor's limits unless the env file sets them: a fork flood or a memory hog an agent starts stops there.
+DEFAULT_TASKS_MAX=4096
+DEFAULT_MEMORY_HIGH=75%
+DEFAULT_MEMORY_MAX=85%
 
 DRY_RUN=0
 AGENT_SUDO=0
@@ -77,6 +92,7 @@ CHANGED_CONFIG=0
 CHANGED_CADDY=0
 CHANGED_GROUPS=0
 CHANGED_SOCKET=0
+CHANGED_SERVER_SOCKET=0
 FIRST_INSTALL=0
 
 say() { printf '==> %s\n' "$*"; }
@@ -200,6 +216,9 @@ render() {
     text="${text//@CADDY_GROUP@/$CADDY_GROUP}"
     text="${text//@SITE_ADDRESS@/$DOMAIN}"
     text="${text//@MAX_REQUEST_BYTES@/$MAX_REQUEST_BYTES}"
+    text="${text//@TASKS_MAX@/${TASKS_MAX:-}}"
+    text="${text//@MEMORY_HIGH@/${MEMORY_HIGH:-}}"
+    text="${text//@MEMORY_MAX@/${MEMORY_MAX:-}}"
     printf '%s\n' "$text"
 }
 
@@ -471,6 +490,32 @@ check_env_file() {
     fi
 }
 
+# A systemd value for a limit: a number (with K, M, G or T for memory), a percentage, or "infinity".
+valid_limit() {
+    local kind="$1" value="$2"
+    [ "$value" = infinity ] && return 0
+    [[ "$value" =~ ^[1-9][0-9]?%$|^100%$ ]] && return 0
+    if [ "$kind" = tasks ]; then
+        [[ "$value" =~ ^[1-9][0-9]*$ ]]
+    else
+        [[ "$value" =~ ^[1-9][0-9]*[KMGT]?$ ]]
+    fi
+}
+
+# The executor's limits from the env file (or the defaults), checked before anything changes.
+read_executor_limits() {
+    TASKS_MAX="$(env_file_value SANDSTORM_EXECUTOR_TASKS_MAX || echo "$DEFAULT_TASKS_MAX")"
+    MEMORY_HIGH="$(env_file_value SANDSTORM_EXECUTOR_MEMORY_HIGH || echo "$DEFAULT_MEMORY_HIGH")"
+    MEMORY_MAX="$(env_file_value SANDSTORM_EXECUTOR_MEMORY_MAX || echo "$DEFAULT_MEMORY_MAX")"
+    valid_limit tasks "$TASKS_MAX" ||
+        die "SANDSTORM_EXECUTOR_TASKS_MAX in $ENV_FILE must be a number of tasks, a percentage or infinity, not '$TASKS_MAX'; nothing was changed"
+    valid_limit memory "$MEMORY_HIGH" ||
+        die "SANDSTORM_EXECUTOR_MEMORY_HIGH in $ENV_FILE must be bytes (with K, M, G or T), a percentage or infinity, not '$MEMORY_HIGH'; nothing was changed"
+    valid_limit memory "$MEMORY_MAX" ||
+        die "SANDSTORM_EXECUTOR_MEMORY_MAX in $ENV_FILE must be bytes (with K, M, G or T), a percentage or infinity, not '$MEMORY_MAX'; nothing was changed"
+    note "tool executor limits: TasksMax=$TASKS_MAX MemoryHigh=$MEMORY_HIGH MemoryMax=$MEMORY_MAX"
+}
+
 install_manage() {
     say "sandstorm-manage"
     put_rendered "$REPO/deploy/sandstorm-manage" "$MANAGE" 0755 root:root || true
@@ -483,11 +528,41 @@ bootstrap() {
         note "would run: sandstorm-manage bootstrap (migrations; first install: admin user and token, printed once)"
         return 0
     fi
+    # What bootstrap prints (on a first install the admin password and a token, shown once) is kept, root's
+    # alone, until the smoke test has passed: nothing is announced as ready before it is.
+    BOOTSTRAP_OUTPUT="$(mktemp)"
+    trap keep_unshown_secrets EXIT
+    local status=0
     if [ ${#SUDO[@]} -eq 0 ]; then
-        "$MANAGE" bootstrap
+        "$MANAGE" bootstrap >"$BOOTSTRAP_OUTPUT" || status=$?
     else
-        sudo --preserve-env=SANDSTORM_ADMIN_PASSWORD -- "$MANAGE" bootstrap
+        # shellcheck disable=SC2024  # on purpose: the file is the invoking admin's (mktemp, 0600)
+        sudo --preserve-env=SANDSTORM_ADMIN_PASSWORD -- "$MANAGE" bootstrap >"$BOOTSTRAP_OUTPUT" || status=$?
     fi
+    if [ "$status" -ne 0 ]; then
+        cat "$BOOTSTRAP_OUTPUT"
+        die "sandstorm-manage bootstrap failed (exit $status): see the lines above"
+    fi
+    note "migrations applied"
+}
+
+# Exit trap: an install that fails after bootstrap leaves what it printed (maybe the only copy of the first admin
+# password and token) in its file, and says where, instead of printing it under an error.
+keep_unshown_secrets() {
+    [ -n "${BOOTSTRAP_OUTPUT:-}" ] || return 0
+    if [ "$FIRST_INSTALL" -eq 1 ] && [ -s "$BOOTSTRAP_OUTPUT" ]; then
+        printf 'install.sh: Sandstorm is NOT ready. The first admin password and token (shown once) are in %s (yours alone): read it, then delete it.\n' "$BOOTSTRAP_OUTPUT" >&2
+    else
+        rm -f "$BOOTSTRAP_OUTPUT"
+    fi
+}
+
+# After the smoke test: what bootstrap printed, now true.
+show_bootstrap_output() {
+    [ -n "${BOOTSTRAP_OUTPUT:-}" ] || return 0
+    cat "$BOOTSTRAP_OUTPUT"
+    rm -f "$BOOTSTRAP_OUTPUT"
+    BOOTSTRAP_OUTPUT=""
 }
 
 install_units() {
@@ -498,7 +573,13 @@ install_units() {
         CHANGED_SOCKET=1
     fi
     put_rendered "$REPO/deploy/$EXECUTOR.service" "$UNIT_DIR/$EXECUTOR.service" 0644 root:root && CHANGED_UNITS=1
+    put_rendered "$REPO/deploy/systemd/tmpfiles.conf" "$TMPFILES_CONF" 0644 root:root && CHANGED_SERVER_SOCKET=1
+    if put_rendered "$REPO/deploy/$SERVICE.socket" "$UNIT_DIR/$SERVICE.socket" 0644 root:root; then
+        CHANGED_UNITS=1
+        CHANGED_SERVER_SOCKET=1
+    fi
     put_rendered "$REPO/deploy/sandstorm-mcp.service" "$UNIT_DIR/$SERVICE.service" 0644 root:root && CHANGED_UNITS=1
+    put_rendered "$REPO/deploy/systemd/executor-limits.conf" "$LIMITS_DROP_IN" 0644 root:root && CHANGED_UNITS=1
     for template in "$REPO"/deploy/systemd/*.service "$REPO"/deploy/systemd/*.timer; do
         put_rendered "$template" "$UNIT_DIR/$(basename "$template")" 0644 root:root && CHANGED_UNITS=1
     done
@@ -542,6 +623,7 @@ enable_units() {
     local timer
     unit_enabled "$EXECUTOR.socket" || run systemctl enable "$EXECUTOR.socket"
     unit_enabled "$EXECUTOR.service" || run systemctl enable "$EXECUTOR.service"
+    unit_enabled "$SERVICE.socket" || run systemctl enable "$SERVICE.socket"
     unit_enabled "$SERVICE.service" || run systemctl enable "$SERVICE.service"
     for timer in backup cleartokens prune-clients prune-output; do
         unit_enabled "$SERVICE-$timer.timer" || run systemctl enable --now "$SERVICE-$timer.timer"
@@ -563,6 +645,11 @@ stop_for_upgrade() {
     if unit_active "$SERVICE.service"; then
         say "Stopping the server for the upgrade (running tool calls are finished or recorded as cancelled)"
         run systemctl stop "$SERVICE.service"
+    fi
+    # Its socket too (none before this version), or the next request through Caddy would start the server again
+    # on half-installed code.
+    if unit_active "$SERVICE.socket"; then
+        run systemctl stop "$SERVICE.socket"
     fi
     if unit_active "$EXECUTOR.service"; then
         say "Stopping the tool executor for the upgrade (background processes keep running)"
@@ -599,6 +686,15 @@ start_service() {
         run systemctl start "$EXECUTOR.socket"
     fi
     start_or_restart "$EXECUTOR.service" $((CHANGED_CODE + CHANGED_UNITS))
+    # Daphne's socket likewise; a server still running without it (an older install's, which made its own) is
+    # stopped first, so it cannot hold or remove the directory the socket goes in.
+    if [ "$CHANGED_SERVER_SOCKET" -eq 1 ] || ! unit_active "$SERVICE.socket"; then
+        if unit_active "$SERVICE.service"; then
+            run systemctl stop "$SERVICE.service"
+        fi
+        run systemd-tmpfiles --create "$TMPFILES_CONF"
+        run systemctl restart "$SERVICE.socket"
+    fi
     start_or_restart "$SERVICE.service" $((CHANGED_CODE + CHANGED_UNITS + CHANGED_CONFIG + CHANGED_GROUPS))
 }
 
@@ -624,12 +720,19 @@ install_caddy_site() {
             die "Caddy rejects $CADDY_DIR/Caddyfile (see: caddy validate --adapter caddyfile --config $CADDY_DIR/Caddyfile); Caddy keeps running its previous configuration"
     fi
     if ! unit_active caddy.service; then
-        run systemctl enable --now caddy.service
+        run systemctl enable --now caddy.service || caddy_failed start
     elif [ "$CHANGED_CADDY" -eq 1 ]; then
-        run systemctl reload caddy.service
+        run systemctl reload caddy.service || caddy_failed reload
     else
         note "site unchanged"
     fi
+}
+
+# caddy.service would not start (or reload): what its journal says, and how to go on.
+caddy_failed() {
+    printf 'install.sh: error: caddy.service failed to %s. Its journal (journalctl -u caddy):\n' "$1" >&2
+    as_root journalctl -u caddy.service -n 15 --no-pager -o cat >&2 2>/dev/null || true
+    die "Caddy is not serving $DOMAIN: fix what the journal above says (often another program on port 80 or 443: ss -ltnp), then rerun: SANDSTORM_DOMAIN=$DOMAIN bash deploy/install.sh"
 }
 
 # Returns 0 if it changed the main Caddyfile.
@@ -655,10 +758,21 @@ ensure_caddy_import() {
     return 0
 }
 
-# --- smoke test over the local socket ------------------------------------------------------------------------
+# --- smoke test: the way users come, through Caddy -------------------------------------------------------------
+# Straight to Daphne's socket, as root: tells "the server is down" apart from "Caddy cannot reach it".
 http() { as_root curl --silent --show-error --max-time 20 --unix-socket "$SOCKET" "$@"; }
 
-# Until /health answers 200, which it does only when the executor answers the server too (503 otherwise).
+# Through Caddy, over HTTPS to the public name resolved to this host's loopback, trusting the system's CAs and
+# Caddy's local CA (which issues the certificates of *.localhost and other internal names).
+https() { curl --silent --show-error --max-time 20 --resolve "$DOMAIN:443:127.0.0.1" --cacert "$CA_BUNDLE" "$@"; }
+
+make_ca_bundle() {
+    CA_BUNDLE="$(mktemp)"
+    cat /etc/ssl/certs/ca-certificates.crt >"$CA_BUNDLE" 2>/dev/null || true
+    as_root cat "$CADDY_LOCAL_ROOT" >>"$CA_BUNDLE" 2>/dev/null || true
+}
+
+# Until /health answers 200 on the socket, which it does only when the executor answers the server too (503 otherwise).
 wait_until_ready() {
     local deadline=$((SECONDS + READY_DEADLINE)) status
     while true; do
@@ -674,31 +788,75 @@ wait_until_ready() {
     done
 }
 
+# Caddy proxies as its own user: that user, and no one else but the server's, must be able to connect.
+check_caddy_reaches_socket() {
+    local status error
+    error="$(mktemp)"
+    status="$(as_root runuser -u "$CADDY_USER" -- curl --silent --show-error --max-time 20 --unix-socket "$SOCKET" \
+        -o /dev/null -w '%{http_code}' "http://$DOMAIN/health" 2>"$error" || true)"
+    if [ "$status" != 200 ]; then
+        local why
+        why="$(head -n 1 "$error")"
+        rm -f "$error"
+        die "Caddy's user '$CADDY_USER' cannot reach Daphne's socket ($status${why:+: $why}), so every request through Caddy would be a 502. Its directory, the lock: $(as_root ls -ld "$RUN_DIR" 2>&1) (wanted: drwxr-x--- $SERVICE_USER $CADDY_GROUP, from $TMPFILES_CONF); see systemctl status $SERVICE.socket"
+    fi
+    rm -f "$error"
+    note "$SOCKET: $CADDY_USER connects (200)"
+}
+
+# Until /health answers 200 through Caddy (a first ACME certificate can take a while).
+wait_until_https() {
+    local deadline=$((SECONDS + HTTPS_DEADLINE)) status error
+    error="$(mktemp)"
+    while true; do
+        status="$(https -o /dev/null -w '%{http_code}' "https://$DOMAIN/health" 2>"$error" || true)"
+        [ "$status" = 200 ] && break
+        if [ "$SECONDS" -ge "$deadline" ]; then
+            local why
+            why="$(head -n 1 "$error")"
+            rm -f "$error"
+            die "https://$DOMAIN/health through Caddy answered ${status:-nothing}${why:+ ($why)} within ${HTTPS_DEADLINE}s, not 200: see journalctl -u caddy (is $DOMAIN's DNS pointing here, ports 80 and 443 open?), then rerun: SANDSTORM_DOMAIN=$DOMAIN bash deploy/install.sh"
+        fi
+        sleep 1
+    done
+    rm -f "$error"
+}
+
 # /health's report on the executor: "MODE USER" (mode "service" when it runs under its own unit).
 executor_report() {
-    http "http://$DOMAIN/health" | python3 -c '
+    https "https://$DOMAIN/health" | python3 -c '
 import json, sys
 executor = json.load(sys.stdin).get("executor") or {}
 print(executor.get("mode", "?") if executor.get("ok") else "down", executor.get("user", "?"))'
 }
 
 smoke_test() {
-    say "Smoke test (local socket $SOCKET)"
+    say "Smoke test (through Caddy: https://$DOMAIN, resolved to 127.0.0.1)"
     if [ "$DRY_RUN" -eq 1 ]; then
-        note "would check /health (and that the executor runs the tools as $AGENT_USER), /mcp without and with a token, and the OAuth protected-resource metadata"
+        note "would check /health on $SOCKET, as root and as $CADDY_USER, then through Caddy over HTTPS: /health (and that the executor runs the tools as $AGENT_USER), /mcp without and with a token, and the OAuth protected-resource metadata"
         return 0
     fi
     wait_until_ready
+    check_caddy_reaches_socket
+    make_ca_bundle
+    local status=0
+    (smoke_through_caddy) || status=$?
+    rm -f "$CA_BUNDLE"
+    [ "$status" -eq 0 ] || exit "$status"
+}
+
+smoke_through_caddy() {
+    wait_until_https
     local report
     report="$(executor_report)" || die "/health answered 200 but not with the executor's status: see journalctl -u $SERVICE"
     if [ "$report" != "service $AGENT_USER" ]; then
         die "/health reports the tool executor as '$report', not 'service $AGENT_USER': tools must run as $AGENT_USER in the executor's own unit (see journalctl -u $EXECUTOR, and SANDSTORM_EXECUTOR_SOCKET in $UNIT_DIR/$SERVICE.service)"
     fi
-    note "/health: 200, tools run by the executor as $AGENT_USER"
+    note "https://$DOMAIN/health: 200, tools run by the executor as $AGENT_USER"
     local headers status
     headers="$(mktemp)"
-    status="$(http -o /dev/null -D "$headers" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
-        --data '{}' "http://$DOMAIN/mcp")"
+    status="$(https -o /dev/null -D "$headers" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
+        --data '{}' "https://$DOMAIN/mcp")"
     if [ "$status" != 401 ] || ! grep -qi '^www-authenticate: Bearer .*resource_metadata=' "$headers"; then
         rm -f "$headers"
         die "/mcp without a token answered $status, not 401 with a WWW-Authenticate: Bearer resource_metadata header"
@@ -706,7 +864,7 @@ smoke_test() {
     rm -f "$headers"
     note "/mcp without a token: 401 with WWW-Authenticate"
     check_initialize
-    status="$(http -o /dev/null -w '%{http_code}' "http://$DOMAIN/.well-known/oauth-protected-resource/mcp")"
+    status="$(https -o /dev/null -w '%{http_code}' "https://$DOMAIN/.well-known/oauth-protected-resource/mcp")"
     case "$status" in
         200) note "/.well-known/oauth-protected-resource/mcp: 200" ;;
         404) warn "/.well-known/oauth-protected-resource/mcp answered 404: this version serves no OAuth metadata yet (bearer tokens work; Claude.ai's OAuth connector needs it)" ;;
@@ -723,13 +881,13 @@ check_initialize() {
     header="$(mktemp)"
     chmod 0600 "$header"
     printf 'Authorization: Bearer %s\n' "$token" >"$header"
-    status="$(http -o /dev/null -w '%{http_code}' -X POST -H @"$header" \
+    status="$(https -o /dev/null -w '%{http_code}' -X POST -H @"$header" \
         -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \
         --data '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"sandstorm-install","version":"1"}}}' \
-        "http://$DOMAIN/mcp" || true)"
+        "https://$DOMAIN/mcp" || true)"
     rm -f "$header"
     as_root "$MANAGE" revoke_token "$name" >/dev/null 2>&1 || warn "could not revoke the check token '$name': revoke it in the admin"
-    [ "$status" = 200 ] || die "/mcp initialize with a token answered $status, not 200: see journalctl -u $SERVICE"
+    [ "$status" = 200 ] || die "/mcp initialize with a token answered $status through Caddy, not 200: see journalctl -u $SERVICE -u caddy"
     note "/mcp initialize with a token: 200"
 }
 
@@ -768,6 +926,7 @@ main() {
     ensure_users
     ensure_dirs
     write_env_file
+    read_executor_limits
     plan_code
     stop_for_upgrade
     install_code
@@ -778,6 +937,7 @@ main() {
     start_service
     install_caddy_site
     smoke_test
+    show_bootstrap_output
     summary
 }
 

@@ -14,11 +14,13 @@ import pytest
 from tests.live import REPO
 
 DEPLOY = REPO / "deploy"
-SHELL_SCRIPTS = [DEPLOY / "install.sh", DEPLOY / "sandstorm-manage", REPO / ".ci" / "run"]
+SYSTEMD_TEST = REPO / "tests" / "systemd"
+SHELL_SCRIPTS = [DEPLOY / "install.sh", DEPLOY / "sandstorm-manage", REPO / ".ci" / "run", SYSTEMD_TEST / "run.sh", SYSTEMD_TEST / "checks.sh"]
 SERVER_UNIT, EXECUTOR_UNIT = DEPLOY / "sandstorm-mcp.service", DEPLOY / "sandstorm-mcp-executor.service"
 EXECUTOR_SOCKET_UNIT = DEPLOY / "sandstorm-mcp-executor.socket"
+SERVER_SOCKET_UNIT = DEPLOY / "sandstorm-mcp.socket"
 MAINTENANCE_UNITS = sorted((DEPLOY / "systemd").glob("*.service"))
-UNIT_TEMPLATES = [SERVER_UNIT, EXECUTOR_UNIT, EXECUTOR_SOCKET_UNIT, *MAINTENANCE_UNITS, *sorted((DEPLOY / "systemd").glob("*.timer"))]
+UNIT_TEMPLATES = [SERVER_UNIT, SERVER_SOCKET_UNIT, EXECUTOR_UNIT, EXECUTOR_SOCKET_UNIT, *MAINTENANCE_UNITS, *sorted((DEPLOY / "systemd").glob("*.timer"))]
 EXECUTOR_SOCKET = "@EXECUTOR_RUN_DIR@/executor.sock"
 LONGEST_TOOL_TIMEOUT_S = 300  # terminal_exec's upper bound
 
@@ -40,7 +42,7 @@ def render(template: Path, values: dict[str, str]) -> str:
 
 
 def test_every_shell_script_is_shellcheck_clean() -> None:
-    scripts = [*SHELL_SCRIPTS, *(p for p in DEPLOY.rglob("*") if p.is_file() and p.read_text(errors="replace").startswith("#!/usr/bin/env bash"))]
+    scripts = [*SHELL_SCRIPTS, SYSTEMD_TEST / "rootfs.sh", *(p for p in DEPLOY.rglob("*") if p.is_file() and p.read_text(errors="replace").startswith("#!/usr/bin/env bash"))]
     result = subprocess.run([need("shellcheck"), "--shell=bash", "--severity=style", *sorted(set(scripts))], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -79,6 +81,9 @@ def rendered_units(tmp_path: Path) -> Path:
         "AGENT_USER": "sandstorm-agent",
         "AGENT_HOME": str(tmp_path / "home/agent"),
         "CADDY_GROUP": "caddy",
+        "TASKS_MAX": "4096",
+        "MEMORY_HIGH": "75%",
+        "MEMORY_MAX": "85%",
     }
     units = tmp_path / "units"
     units.mkdir()
@@ -87,6 +92,8 @@ def rendered_units(tmp_path: Path) -> Path:
     # The agent-sudo drop-in, verified as systemd would apply it: appended to the unit it extends (the executor's).
     with_drop_in = render(EXECUTOR_UNIT, values) + render(DEPLOY / "systemd" / "agent-sudo.conf", values)
     (units / "sandstorm-mcp-executor-with-agent-sudo.service").write_text(with_drop_in)
+    with_limits = render(EXECUTOR_UNIT, values) + render(DEPLOY / "systemd" / "executor-limits.conf", values)
+    (units / "sandstorm-mcp-executor-with-limits.service").write_text(with_limits)
     return units
 
 
@@ -110,10 +117,18 @@ def directives(unit: Path) -> dict[str, list[str]]:
 LEFT_OUT_FOR_AGENTS = ("MemoryDenyWriteExecute", "SystemCallFilter", "RestrictNamespaces", "PrivateDevices", "CapabilityBoundingSet", "PrivateTmp", "UMask")
 
 
-def test_the_service_runs_daphne_on_a_socket_only_caddy_can_reach() -> None:
+def test_the_service_serves_the_socket_systemd_holds_where_caddy_proxies() -> None:
+    """Who may connect is proven under a real systemd (tests/systemd/); here, that the files agree on the socket."""
     unit = directives(SERVER_UNIT)
-    assert unit["ExecStart"] == ["@VENV@/bin/python @APP_DIR@/manage.py serve --unix-socket @RUN_DIR@/daphne.sock"]
-    assert unit["RuntimeDirectoryMode"] == ["0750"] and unit["ExecStartPre"] == ["+/usr/bin/chgrp @CADDY_GROUP@ @RUN_DIR@"]
+    assert unit["ExecStart"] == ["@VENV@/bin/python @APP_DIR@/manage.py serve --systemd-socket"]
+    assert unit["Requires"] == ["sandstorm-mcp.socket"] and "sandstorm-mcp.socket" in unit["After"]
+    # systemd re-owns a RuntimeDirectory= to the unit's user and group at every start: it must not hold the socket.
+    assert not any(key.startswith("RuntimeDirectory") for key in unit) and "ExecStartPre" not in unit
+    socket = directives(SERVER_SOCKET_UNIT)
+    assert socket["ListenStream"] == ["@RUN_DIR@/daphne.sock"] and socket["WantedBy"] == ["sockets.target"]
+    assert "reverse_proxy unix/@RUN_DIR@/daphne.sock {" in (DEPLOY / "Caddyfile").read_text()
+    rule = (DEPLOY / "systemd" / "tmpfiles.conf").read_text().splitlines()
+    assert [l for l in rule if l and not l.startswith("#")] == ["d @RUN_DIR@ 0750 @SERVICE_USER@ @CADDY_GROUP@ -"]
     assert unit["User"] == ["@SERVICE_USER@"] and unit["EnvironmentFile"] == ["@ENV_FILE@"]
     assert unit["Restart"] == ["on-failure"] and unit["KillSignal"] == ["SIGTERM"]
     for setting in ("NoNewPrivileges=yes", "PrivateTmp=yes", "ProtectSystem=full", "ProtectHome=yes", "UMask=0077"):
@@ -126,7 +141,7 @@ def test_the_server_reaches_tools_only_through_the_executor_socket() -> None:
     assert f"SANDSTORM_EXECUTOR_SOCKET={EXECUTOR_SOCKET}" in unit["Environment"]
     # Wanted and ordered after, never required: with the executor down the server stays up and /health says so.
     assert "sandstorm-mcp-executor.service" in unit["Wants"] and "sandstorm-mcp-executor.service" in unit["After"]
-    assert "Requires" not in unit and "BindsTo" not in unit
+    assert "sandstorm-mcp-executor.service" not in unit.get("Requires", []) and "BindsTo" not in unit
     # Nothing of the agent's: no group, no home, no workspace; and no agent processes in its cgroup to spare.
     assert "SupplementaryGroups" not in unit and "BindPaths" not in unit and "KillMode" not in unit
     assert "@AGENT_USER@" not in SERVER_UNIT.read_text() and "@AGENT_HOME@" not in SERVER_UNIT.read_text()
@@ -202,7 +217,7 @@ def test_timers_cover_the_maintenance_jobs() -> None:
     assert commands["sandstorm-mcp-prune-clients"].endswith("manage.py prune_clients")
     assert commands["sandstorm-mcp-prune-output"].endswith("manage.py prune_output")
     assert "manage.py backup --force @STATE_DIR@/backups/" in commands["sandstorm-mcp-backup"]
-    assert "audit_prune --yes --before" in commands["sandstorm-mcp-audit-prune"] and "SANDSTORM_AUDIT_RETENTION_DAYS:?" in commands["sandstorm-mcp-audit-prune"]
+    assert "audit_prune --yes --before" in commands["sandstorm-mcp-audit-prune"]
     for timer in (DEPLOY / "systemd").glob("*.timer"):
         assert directives(timer)["Persistent"] == ["true"], timer
 
@@ -303,3 +318,34 @@ def test_env_example_lists_every_variable_the_settings_read() -> None:
 def test_env_example_lists_each_variable_once() -> None:
     names = re.findall(r"^#?((?:SANDSTORM_[A-Z_]+)|DATABASE_URL)=", (DEPLOY / "env.example").read_text(), re.MULTILINE)
     assert sorted(n for n in set(names) if names.count(n) > 1) == []
+
+
+def audit_prune_command(tmp_path: Path) -> list[str]:
+    """The audit-prune unit's ExecStart as systemd runs it ($$ and %% unescaped), with a python that only records."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    python = venv / "bin" / "python"
+    python.write_text(f'#!/bin/sh\necho "$@" >{tmp_path / "ran"}\n')
+    python.chmod(0o755)
+    line = directives(DEPLOY / "systemd" / "sandstorm-mcp-audit-prune.service")["ExecStart"][0]
+    line = line.replace("@VENV@", str(venv)).replace("@APP_DIR@", str(REPO)).replace("@ENV_FILE@", "/etc/sandstorm-mcp.env")
+    assert line.startswith("/bin/sh -c '") and line.endswith("'")
+    return ["/bin/sh", "-c", line[len("/bin/sh -c '") : -1].replace("$$", "$").replace("%%", "%")]
+
+
+@pytest.mark.parametrize("retention", [None, "", "soon"])
+def test_audit_prune_without_a_usable_retention_stops_with_one_line_and_prunes_nothing(tmp_path: Path, retention: str | None) -> None:
+    env = {"PATH": "/usr/bin:/bin"} if retention is None else {"PATH": "/usr/bin:/bin", "SANDSTORM_AUDIT_RETENTION_DAYS": retention}
+    result = subprocess.run(audit_prune_command(tmp_path), env=env, capture_output=True, text=True)
+    assert result.returncode != 0 and not (tmp_path / "ran").exists()
+    output = (result.stdout + result.stderr).strip().splitlines()
+    assert len(output) == 1
+    if not retention:
+        assert output == ["SANDSTORM_AUDIT_RETENTION_DAYS is not set in /etc/sandstorm-mcp.env: audit records are kept forever, nothing to prune"]
+
+
+def test_audit_prune_with_a_retention_prunes_before_that_many_days_ago(tmp_path: Path) -> None:
+    result = subprocess.run(audit_prune_command(tmp_path), env={"PATH": "/usr/bin:/bin", "SANDSTORM_AUDIT_RETENTION_DAYS": "30"})
+    assert result.returncode == 0
+    expected = subprocess.run(["date", "-u", "-d", "30 days ago", "+%F"], capture_output=True, text=True, check=True).stdout.strip()
+    assert (tmp_path / "ran").read_text().split() == [f"{REPO}/manage.py", "audit_prune", "--yes", "--before", expected]

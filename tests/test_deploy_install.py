@@ -4,8 +4,11 @@ The fakes, first on PATH, record every call: `systemctl` (and, for `start`/`rest
 `sandstorm-mcp-executor.service`, it starts the installed unit's ExecStart for real, with the unit's environment, so
 the installer's smoke test talks to a real server on the unit's socket, which reaches a real executor on the socket
 the executor's unit listens on: the production wiring), `caddy`, `sudo`, `id`, `useradd`/`usermod`/`gpasswd`/`getent`
-(a pretend user database), `chown` (records the owner: the users do not exist here), `runuser`, `apt-get` and
-`dpkg-query`. Everything else (git, tar, install, find, python3 -m venv, pip, curl) is real.
+(a pretend user database), `chown` (records the owner: the users do not exist here), `runuser`, `apt-get`,
+`dpkg-query`, `systemd-tmpfiles` (makes the rule's directory), `journalctl`, and Caddy itself: `curl` to
+https://DOMAIN resolved to loopback goes to Daphne's socket instead (or fails, with FAKE_CADDY_DOWN). Everything
+else (git, tar, install, find, python3 -m venv, pip, curl itself) is real. What only a real systemd and a real
+Caddy show (who may connect to the socket, HTTPS, reboots) is tested in tests/systemd/.
 
 Both services run as the user running the tests. So that the smoke test's check "the executor runs the tools as the
 agent user" means something here, the agent user is that user (AGENT), and the executor's `--allow-uid` (the server
@@ -25,6 +28,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,6 +149,9 @@ elif verb in ("enable", "disable"):
         (units["enabled"].remove(n) if verb == "disable" and n in units["enabled"] else None)
     if "--now" in flags:
         verb = "start" if verb == "enable" else "stop"
+if verb in ("start", "restart") and "caddy.service" in names and os.environ.get("FAKE_CADDY_START_FAILS"):
+    print("Job for caddy.service failed because the control process exited with error code.", file=sys.stderr)
+    sys.exit(1)
 if verb in ("start", "restart"):
     for n in names:
         if n in REAL:
@@ -241,6 +248,31 @@ os.execvp(rest[0], rest)
 ''',
     "apt-get": r'''
 record("apt-get", args)
+''',
+    "systemd-tmpfiles": r'''
+record("systemd-tmpfiles", args)
+for line in open(args[-1]).read().splitlines():
+    if line.startswith("d "):
+        _, path, mode, *_ = line.split()
+        os.makedirs(path, exist_ok=True)
+        os.chmod(path, int(mode, 8))
+''',
+    "journalctl": r'''
+print("Error: loading initial config: listen tcp :443: bind: address already in use")
+''',
+    "curl": r'''
+# Caddy: https://DOMAIN resolved to loopback (--resolve) is proxied to Daphne's socket, as plain HTTP.
+if "--resolve" in args:
+    if os.environ.get("FAKE_CADDY_DOWN"):
+        print("curl: (7) Failed to connect to mcp.example.test port 443 after 0 ms: Couldn't connect to server", file=sys.stderr)
+        sys.exit(7)
+    for option in ("--resolve", "--cacert"):
+        at = args.index(option)
+        del args[at:at + 2]
+    args = ["--unix-socket", os.path.join(os.environ["SANDSTORM_PREFIX"], "run/sandstorm-mcp/daphne.sock")] + [
+        "http://" + a[len("https://"):] if a.startswith("https://") else a for a in args
+    ]
+os.execv("/usr/bin/curl", ["curl", *args])
 ''',
     "dpkg-query": r'''
 missing = os.environ.get("FAKE_MISSING_PACKAGES", "").split()
@@ -430,12 +462,24 @@ def test_first_install_migrates_creates_the_admin_and_prints_a_token_once(instal
     assert (host.prefix / "var/lib/sandstorm-mcp/sandstorm.sqlite3").exists()
 
 
-def test_first_install_smoke_tests_the_server_over_its_socket(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:
-    _, result = installed
-    for line in ("/health: 200", "/mcp without a token: 401 with WWW-Authenticate", "/mcp initialize with a token: 200"):
+def test_first_install_smoke_tests_the_server_through_caddy_and_as_caddys_user(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:
+    host, result = installed
+    for line in (
+        f"{host.prefix}/run/sandstorm-mcp/daphne.sock: caddy connects (200)",
+        f"https://{DOMAIN}/health: 200, tools run by the executor as {AGENT}",
+        "/mcp without a token: 401 with WWW-Authenticate",
+        "/mcp initialize with a token: 200",
+    ):
         assert line in result.stdout
+    assert ["-u", "caddy", "--", "curl"] in host_calls_after_first_install(host)
+    # Daphne's socket directory, by the tmpfiles rule: the server's user and Caddy's group only.
+    assert mode(host.prefix / "run/sandstorm-mcp") == 0o750
     # The OAuth metadata is checked too: served (200) or, before the OAuth work, reported as missing.
     assert "oauth-protected-resource/mcp: 200" in result.stdout or "oauth-protected-resource/mcp answered 404" in result.stderr
+
+
+def host_calls_after_first_install(host: Host) -> list[list[str]]:
+    return [argv[:4] for argv in host.calls("runuser")]
 
 
 def test_first_install_prints_where_everything_is(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:
@@ -494,7 +538,8 @@ def test_files_owners_and_modes(installed: tuple[Host, subprocess.CompletedProce
     revision = subprocess.run(["git", "rev-parse", "HEAD"], cwd=host.repo, capture_output=True, text=True).stdout
     assert (p / "opt/sandstorm-mcp/app/.sandstorm-revision").read_text() == revision
     assert owner(host, p / "opt/sandstorm-mcp") == owner(host, p / "opt/sandstorm-mcp/app/manage.py") == "root:root"
-    assert not any(placeholders(unit) for unit in units.glob("sandstorm-mcp*"))
+    assert not any(placeholders(unit) for unit in units.glob("sandstorm-mcp*") if unit.is_file())
+    assert not placeholders(units / "sandstorm-mcp-executor.service.d/limits.conf")
     assert not placeholders(p / "etc/caddy/sandstorm-mcp.caddy")
 
 
@@ -553,7 +598,12 @@ def test_first_install_creates_both_users_and_starts_everything(installed: tuple
     assert "sandstorm" not in host.groups()[AGENT]
     systemctl = host.calls("systemctl")
     # The executor's socket, then the executor, then the server, whose smoke test needs the executor.
-    order = [["start", "sandstorm-mcp-executor.socket"], ["start", "sandstorm-mcp-executor.service"], ["start", "sandstorm-mcp.service"]]
+    order = [
+        ["start", "sandstorm-mcp-executor.socket"],
+        ["start", "sandstorm-mcp-executor.service"],
+        ["restart", "sandstorm-mcp.socket"],
+        ["start", "sandstorm-mcp.service"],
+    ]
     assert all(call in systemctl for call in order), systemctl
     assert [systemctl.index(call) for call in order] == sorted(systemctl.index(call) for call in order)
     for expected in (
@@ -561,6 +611,7 @@ def test_first_install_creates_both_users_and_starts_everything(installed: tuple
         ["enable", "sandstorm-mcp-executor.socket"],
         ["enable", "sandstorm-mcp-executor.service"],
         ["enable", "sandstorm-mcp.service"],
+        ["enable", "sandstorm-mcp.socket"],
         ["start", "sandstorm-mcp.service"],
         ["enable", "--now", "sandstorm-mcp-backup.timer"],
         ["enable", "--now", "sandstorm-mcp-cleartokens.timer"],
@@ -807,3 +858,76 @@ def test_a_user_with_sudo_runs_the_privileged_steps_through_it(tmp_path: Path, r
     assert ["-v"] in host.calls("sudo")
     assert any(argv[:2] == ["--", "test"] for argv in host.calls("sudo"))
     assert "Dry run: nothing was changed" in result.stdout
+
+
+# --- the smoke test goes through Caddy; nothing is announced before it passed -----------------------------------
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A root short enough for the sockets' paths under it (108 bytes at most), which a test's tmp_path is not."""
+    root = Path(tempfile.mkdtemp(prefix="inst", dir="/tmp"))
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_first_install_whose_caddy_does_not_answer_fails_without_announcing_its_secrets(short_tmp: Path, repo: Path) -> None:
+    host = make_host(short_tmp, repo)
+    try:
+        result = host.install(check=False, FAKE_CADDY_DOWN="1", SANDSTORM_HTTPS_WAIT="2")
+    finally:
+        host.stop_server()
+    assert result.returncode != 0
+    assert f"https://{DOMAIN}/health through Caddy answered" in result.stderr and "journalctl -u caddy" in result.stderr
+    assert "Sandstorm is running" not in result.stdout and "Sandstorm is ready" not in result.stdout
+    assert "sst_" not in result.stdout + result.stderr
+    # The first secrets are not lost: they wait in a file of the admin's alone, named in the last line.
+    kept = Path(re.search(r"are in (\S+) \(yours alone\)", result.stderr).group(1))  # type: ignore[union-attr]
+    try:
+        assert mode(kept) == 0o600 and "Token:      sst_" in kept.read_text()
+    finally:
+        kept.unlink()
+
+
+def test_caddy_failing_to_start_shows_its_journal_and_how_to_rerun(short_tmp: Path, repo: Path) -> None:
+    host = make_host(short_tmp, repo)
+    try:
+        result = host.install(check=False, FAKE_CADDY_START_FAILS="1")
+    finally:
+        host.stop_server()
+    assert result.returncode != 0
+    assert "caddy.service failed to start. Its journal (journalctl -u caddy):" in result.stderr
+    assert "listen tcp :443: bind: address already in use" in result.stderr
+    assert f"then rerun: SANDSTORM_DOMAIN={DOMAIN} bash deploy/install.sh" in result.stderr
+    assert "Sandstorm is running" not in result.stdout
+
+
+# --- the executor's resource limits ------------------------------------------------------------------------------
+
+
+def test_the_executor_limits_come_from_the_env_file_and_a_change_restarts_the_executor(
+    installed: tuple[Host, subprocess.CompletedProcess[str]],
+) -> None:
+    host, _ = installed
+    drop_in = host.prefix / "etc/systemd/system/sandstorm-mcp-executor.service.d/limits.conf"
+    env_file = host.prefix / "etc/sandstorm-mcp.env"
+    original = env_file.read_text()
+    assert {"TasksMax=4096", "MemoryHigh=75%", "MemoryMax=85%"} <= set(drop_in.read_text().splitlines())
+    try:
+        env_file.write_text(original + "SANDSTORM_EXECUTOR_TASKS_MAX=512\nSANDSTORM_EXECUTOR_MEMORY_MAX=2G\n")
+        host.install()
+        assert {"TasksMax=512", "MemoryHigh=75%", "MemoryMax=2G"} <= set(drop_in.read_text().splitlines())
+        systemctl = host.calls("systemctl")
+        assert ["daemon-reload"] in systemctl and ["restart", "sandstorm-mcp-executor.service"] in systemctl
+        # A value systemd would not take is refused before anything changes.
+        env_file.write_text(original + "SANDSTORM_EXECUTOR_MEMORY_MAX=lots\n")
+        before = manifest(host.prefix)
+        result = host.install(check=False)
+        assert result.returncode != 0 and "SANDSTORM_EXECUTOR_MEMORY_MAX" in result.stderr and "'lots'" in result.stderr
+        assert manifest(host.prefix) == before and changes(host) == []
+    finally:
+        env_file.write_text(original)
+    host.install()
+    assert "TasksMax=4096" in drop_in.read_text().splitlines()

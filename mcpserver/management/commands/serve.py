@@ -1,25 +1,42 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+# sd_listen_fds(3): the first socket systemd passes is file descriptor 3.
+SYSTEMD_FIRST_FD = 3
 
 
 class Command(BaseCommand):
     help = "Run Sandstorm under Daphne on SANDSTORM_MCP_HOST:SANDSTORM_MCP_PORT (or a Unix socket)."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--unix-socket", help="listen on this Unix socket instead of TCP (production)")
+        where = parser.add_mutually_exclusive_group()
+        where.add_argument("--unix-socket", help="listen on this Unix socket instead of TCP")
+        where.add_argument(
+            "--systemd-socket",
+            action="store_true",
+            help="serve on the Unix socket systemd passes (sandstorm-mcp.socket; production)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         # Daphne's own access log records query strings (a token could sit there): sandstorm_site.accesslog
         # logs requests instead. Verbosity 0 with no --access-log turns it off (1 would print it on stdout); our
         # logging configuration, not Daphne's, sets the levels. `-m daphne`: the interpreter we run under.
         argv = [sys.executable, "-m", "daphne", "--verbosity", "0"]
-        if options["unix_socket"]:
+        if options["systemd_socket"]:
+            require_systemd_socket()
+            # Twisted's systemd endpoint adopts it. Importing Daphne (Django's app loading) had Twisted take
+            # LISTEN_PID, LISTEN_FDS and LISTEN_FDNAMES out of this process's environment: they are put back for
+            # the Daphne exec'd below, which is this same process (same pid).
+            os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS="1", LISTEN_FDNAMES="daphne")
+            argv += ["--proxy-headers", "-e", "systemd:domain=UNIX:index=0"]
+        elif options["unix_socket"]:
             argv += ["--proxy-headers", "-u", options["unix_socket"]]
         else:
             argv += ["-b", settings.MCP_HOST, "-p", str(settings.MCP_PORT)]
@@ -28,3 +45,29 @@ class Command(BaseCommand):
         sys.stdout.flush()
         os.chdir(settings.BASE_DIR)
         os.execv(sys.executable, argv)
+
+
+def require_systemd_socket() -> None:
+    """Refuse to start unless systemd passed a listening Unix socket as fd 3 (sandstorm-mcp.socket).
+
+    Checked on the descriptor itself, not through LISTEN_PID/LISTEN_FDS: importing Daphne (Django's app loading)
+    has Twisted take those variables out of the environment before this command runs.
+    """
+    try:
+        listener = socket.socket(fileno=SYSTEMD_FIRST_FD)
+    except OSError:
+        listener = None
+    try:
+        listening = (
+            listener is not None
+            and listener.family == socket.AF_UNIX
+            and listener.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) == 1
+        )
+    finally:
+        if listener is not None:
+            listener.detach()  # the descriptor stays open, for Daphne
+    if not listening:
+        raise CommandError(
+            "--systemd-socket needs the listening Unix socket systemd passes as file descriptor 3: "
+            "start the server with `systemctl start sandstorm-mcp` (sandstorm-mcp.socket), not by hand"
+        )

@@ -1,0 +1,268 @@
+#!/usr/bin/env bash
+# The real-systemd test's checks, run INSIDE the booted container (as root) by tests/systemd/run.sh, one per call:
+#   bash checks.sh NAME
+# Each prints what it saw and exits non-zero when that is not what a user should see. State shared between
+# checks (the token, a background pid, services' pids) is kept in files under $STATE.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+STATE="$HERE/state"
+DOMAIN=sandstorm.localhost
+AGENT=sandstorm-agent
+SERVICE=sandstorm-mcp
+EXECUTOR=sandstorm-mcp-executor
+ENV_FILE=/etc/sandstorm-mcp.env
+STATE_DIR=/var/lib/sandstorm-mcp
+DAPHNE_SOCKET=/run/sandstorm-mcp/daphne.sock
+EXECUTOR_SOCKET=/run/sandstorm-mcp-executor/executor.sock
+CADDY_CA=/var/lib/caddy/.local/share/caddy/pki/authorities/local/root.crt
+VENV_PY=/opt/sandstorm-mcp/venv/bin/python
+TIMERS=(backup cleartokens prune-clients prune-output audit-prune)
+mkdir -p "$STATE"
+
+fail() {
+    printf 'FAILED: %s\n' "$*"
+    exit 1
+}
+
+# Poll COMMAND until it succeeds, for at most SECONDS.
+wait_for() {
+    local seconds="$1" end
+    shift
+    end=$((SECONDS + seconds))
+    until "$@"; do
+        [ "$SECONDS" -lt "$end" ] || return 1
+        sleep 0.5
+    done
+}
+
+install() {
+    local checkout="$1" log
+    log="$STATE/install-$(date +%s%N).log"
+    echo "install.sh from $checkout (log: $log)"
+    if ! (cd "$checkout" && SANDSTORM_DOMAIN="$DOMAIN" bash deploy/install.sh) >"$log" 2>&1; then
+        tail -n 25 "$log"
+        return 1
+    fi
+    grep -q '^Sandstorm is running at ' "$log" || fail "install.sh did not print 'Sandstorm is running'"
+    grep -E '^(==>|install.sh: warning)' "$log" | sed 's/^/    /' | tail -n 40
+}
+
+https_status() { curl --silent --max-time 20 --cacert "$CADDY_CA" -o "${2:-/dev/null}" -w '%{http_code}' "https://$DOMAIN$1" || true; }
+
+mcp() { "$VENV_PY" "$HERE/mcp_check.py" "$DOMAIN" "$CADDY_CA" "$STATE/token" "$@"; }
+
+main_pid() { systemctl show -P MainPID "$1"; }
+
+# May USER connect to the Unix socket PATH? (Exit 0 if it may.)
+can_connect() {
+    runuser -u "$1" -- python3 -c 'import socket, sys
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect(sys.argv[1])
+except OSError as error:
+    print(error)
+    sys.exit(1)' "$2" >/dev/null 2>&1
+}
+
+# --- checks ------------------------------------------------------------------------------------------------------
+
+check_install_previous() {
+    install /root/sandstorm-prev || {
+        # The previous commit may predate the fix for the 502 (Caddy could not reach Daphne's socket): its own
+        # installer may fail on that. What matters is what the upgrade to HEAD keeps and repairs.
+        echo "note: the previous commit's installer failed (see above); the upgrade to HEAD must repair it"
+    }
+    systemctl is-active --quiet "$SERVICE.service" || fail "the previous commit's server is not running"
+    # Data an upgrade must keep: a token (made with the old code, used by every later MCP check), a file in the
+    # workspace, and the audit chain.
+    sandstorm-manage create_token systemd-test 2>/dev/null | tail -n 1 >"$STATE/token"
+    [ -s "$STATE/token" ] || fail "create_token printed no token"
+    runuser -u "$AGENT" -- sh -c "echo kept >/home/$AGENT/workspace/upgrade-marker"
+    echo "made a token and /home/$AGENT/workspace/upgrade-marker with the previous commit"
+}
+
+check_install_head() {
+    install /root/sandstorm || fail "install.sh of HEAD failed"
+    if [ ! -s "$STATE/token" ]; then
+        sandstorm-manage create_token systemd-test 2>/dev/null | tail -n 1 >"$STATE/token"
+    fi
+}
+
+check_upgrade_kept_data() {
+    [ "$(cat "/home/$AGENT/workspace/upgrade-marker")" = kept ] || fail "the workspace file made before the upgrade is gone"
+    sandstorm-manage migrate --check >/dev/null || fail "unapplied migrations after the upgrade"
+    sandstorm-manage audit_verify | tail -n 1
+    echo "workspace file kept, no unapplied migration, audit chain verifies"
+}
+
+check_units_active() {
+    local unit
+    for unit in "$SERVICE.socket" "$SERVICE.service" "$EXECUTOR.socket" "$EXECUTOR.service" caddy.service; do
+        systemctl is-active --quiet "$unit" || fail "$unit is $(systemctl is-active "$unit")"
+    done
+    echo "active: $SERVICE.socket $SERVICE.service $EXECUTOR.socket $EXECUTOR.service caddy.service"
+    # The socket's lock, its directory: the server's user and Caddy's group only, whatever restarted.
+    local lock
+    lock="$(stat -c '%A %U %G' "$(dirname "$DAPHNE_SOCKET")")"
+    [ "$lock" = "drwxr-x--- sandstorm caddy" ] || fail "$(dirname "$DAPHNE_SOCKET") is '$lock', not 'drwxr-x--- sandstorm caddy'"
+    echo "$(dirname "$DAPHNE_SOCKET"): $lock"
+}
+
+check_health_through_caddy() {
+    local body="$STATE/health.json" status
+    wait_for 60 test "$(https_status /health "$body")" = 200 || fail "https://$DOMAIN/health answered $(https_status /health), not 200: $(journalctl -u caddy -n 3 --no-pager -o cat)"
+    status="$(python3 -c 'import json, sys; e = json.load(open(sys.argv[1]))["executor"]; print(e["mode"], e["user"], e["ok"])' "$body")"
+    [ "$status" = "service $AGENT True" ] || fail "/health reports the executor as '$status', not 'service $AGENT True'"
+    echo "https://$DOMAIN/health through Caddy: 200, executor: $status"
+}
+
+check_mcp_exec_as_agent() {
+    local who
+    who="$(mcp exec 'id -un')" || fail "$who"
+    [ "$who" = "$AGENT" ] || fail "terminal_exec ran as '$who', not $AGENT"
+    echo "MCP initialize + terminal_exec through Caddy: runs as $who"
+}
+
+check_agent_locked_out() {
+    local path
+    runuser -u "$AGENT" -- ls "$STATE_DIR/" >/dev/null 2>&1 && fail "$AGENT can list $STATE_DIR"
+    for path in "$STATE_DIR/sandstorm.sqlite3" "$STATE_DIR/secret_key" "$ENV_FILE"; do
+        [ -e "$path" ] || fail "$path does not exist (the check would prove nothing)"
+        runuser -u "$AGENT" -- head -c 1 "$path" >/dev/null 2>&1 && fail "$AGENT can read $path"
+    done
+    can_connect "$AGENT" "$DAPHNE_SOCKET" && fail "$AGENT can connect to $DAPHNE_SOCKET"
+    can_connect "$AGENT" "$EXECUTOR_SOCKET" && fail "$AGENT can connect to $EXECUTOR_SOCKET"
+    can_connect caddy "$DAPHNE_SOCKET" || fail "caddy cannot connect to $DAPHNE_SOCKET"
+    # And from where agents really are: a tool command, in the executor's unit.
+    local seen
+    seen="$(mcp exec "ls $STATE_DIR/ >/dev/null 2>&1 && echo LISTED $STATE_DIR; head -c 1 $ENV_FILE >/dev/null 2>&1 && echo READ $ENV_FILE; curl -s --max-time 5 --unix-socket $DAPHNE_SOCKET http://x/health >/dev/null && echo REACHED daphne; true")" || fail "$seen"
+    [ -z "$seen" ] || fail "a tool command could: $seen"
+    echo "$AGENT (shell and terminal_exec): no access to $STATE_DIR, $ENV_FILE, either socket; caddy connects"
+}
+
+check_socket_activation() {
+    systemctl stop "$EXECUTOR.service"
+    systemctl is-active --quiet "$EXECUTOR.service" && fail "$EXECUTOR.service still active after stop"
+    local who
+    who="$(mcp exec 'id -un')" || fail "after stopping the executor: $who"
+    systemctl is-active --quiet "$EXECUTOR.service" || fail "the call did not start $EXECUTOR.service again"
+    echo "stopped $EXECUTOR.service; the next terminal_exec started it through its socket (ran as $who)"
+}
+
+check_background_survives_restart() {
+    local pid user
+    pid="$(mcp background 'sleep 600')" || fail "$pid"
+    systemctl restart "$EXECUTOR.service"
+    user="$(ps -o user= -p "$pid" || true)"
+    [ "$user" = "$AGENT" ] || fail "background process $pid is gone after restarting the executor (user: '$user')"
+    mcp kill "$pid" || fail "terminal_kill $pid"
+    wait_for 10 sh -c "! kill -0 $pid 2>/dev/null" || fail "process $pid still runs after terminal_kill"
+    echo "background process $pid (as $AGENT) survived systemctl restart $EXECUTOR; terminal_kill ended it"
+}
+
+check_timers_services() {
+    local name unit out
+    # Unset retention: the job stops with one clear line, not an audit_prune with an empty date.
+    if systemctl start "$SERVICE-audit-prune.service" 2>/dev/null; then
+        fail "$SERVICE-audit-prune.service succeeded without SANDSTORM_AUDIT_RETENTION_DAYS"
+    fi
+    out="$(journalctl -u "$SERVICE-audit-prune.service" --no-pager -o cat | grep -c 'SANDSTORM_AUDIT_RETENTION_DAYS is not set' || true)"
+    [ "$out" -ge 1 ] || fail "no clear line from $SERVICE-audit-prune.service without a retention: $(journalctl -u "$SERVICE-audit-prune.service" -n 5 --no-pager -o cat)"
+    # (audit_prune given an empty date would answer with its usage and "error: argument --before".)
+    journalctl -u "$SERVICE-audit-prune.service" --no-pager -o cat | grep -qE 'Traceback|error: argument|usage: manage.py' &&
+        fail "audit_prune ran without a retention: $(journalctl -u "$SERVICE-audit-prune.service" -n 5 --no-pager -o cat)"
+    echo "without SANDSTORM_AUDIT_RETENTION_DAYS: $SERVICE-audit-prune.service stops with one line"
+    echo 'SANDSTORM_AUDIT_RETENTION_DAYS=365' >>"$ENV_FILE"
+    install /root/sandstorm >/dev/null || fail "install.sh after setting a retention"
+    systemctl is-enabled --quiet "$SERVICE-audit-prune.timer" || fail "the installer did not enable the audit-prune timer"
+    for name in "${TIMERS[@]}"; do
+        unit="$SERVICE-$name"
+        systemctl is-active --quiet "$unit.timer" || fail "$unit.timer is $(systemctl is-active "$unit.timer")"
+        systemctl start "$unit.service" || fail "$unit.service: $(journalctl -u "$unit.service" -n 5 --no-pager -o cat)"
+        [ "$(systemctl show -P Result "$unit.service")" = success ] || fail "$unit.service: $(systemctl show -P Result "$unit.service")"
+    done
+    echo "ran once, each successfully: ${TIMERS[*]/#/$SERVICE-}"
+}
+
+record_pids() { local u; for u in "$SERVICE.service" "$EXECUTOR.service" caddy.service; do echo "$u $(main_pid "$u")"; done; }
+
+check_second_install_changes_nothing() {
+    record_pids >"$STATE/pids.before"
+    install /root/sandstorm >/dev/null || fail "the second install run failed"
+    record_pids >"$STATE/pids.after"
+    diff "$STATE/pids.before" "$STATE/pids.after" || fail "a second install run restarted something (pids above)"
+    echo "second run: same pids ($(tr '\n' ' ' <"$STATE/pids.after"))"
+}
+
+check_executor_limits() {
+    local shown
+    shown="$(systemctl show -p TasksMax -p MemoryHigh -p MemoryMax "$EXECUTOR.service" | tr '\n' ' ')"
+    echo "defaults: $shown"
+    [[ "$shown" == *"TasksMax=4096 "* ]] || fail "TasksMax is not the default 4096: $shown"
+    [[ "$shown" != *"MemoryMax=infinity"* && "$shown" != *"MemoryHigh=infinity"* ]] || fail "no memory limit: $shown"
+    # A changed value in the env file is re-rendered by the next install run.
+    printf 'SANDSTORM_EXECUTOR_TASKS_MAX=80\nSANDSTORM_EXECUTOR_MEMORY_MAX=1G\n' >>"$ENV_FILE"
+    install /root/sandstorm >/dev/null || fail "install.sh after changing the limits"
+    shown="$(systemctl show -p TasksMax -p MemoryMax "$EXECUTOR.service" | tr '\n' ' ')"
+    [ "$shown" = "MemoryMax=1073741824 TasksMax=80 " ] || fail "after SANDSTORM_EXECUTOR_TASKS_MAX=80, MEMORY_MAX=1G: $shown"
+    echo "after changing the env file and rerunning the installer: $shown"
+}
+
+# A fork flood, bounded in count and time, as the agent through terminal_exec: it must hit TasksMax (fork fails)
+# while the server keeps answering through Caddy.
+check_fork_flood_stops_at_tasks_max() {
+    local flood out pids_max
+    # Where the kernel enforces TasksMax: the unit's pids.max (cgroup v2, or the v1 pids hierarchy). A container on
+    # a cgroup v1 host gets that hierarchy read-only, so its systemd cannot set it: say so, loudly, rather than pass.
+    pids_max="$(cat "/sys/fs/cgroup/system.slice/$EXECUTOR.service/pids.max" \
+        "/sys/fs/cgroup/pids/system.slice/$EXECUTOR.service/pids.max" 2>/dev/null | head -n 1 || true)"
+    if [ "$pids_max" != 80 ]; then
+        echo "SKIPPED: the kernel does not enforce TasksMax here (the unit's pids.max is '${pids_max:-missing}': no pids controller for this container's systemd); systemctl show checked it above"
+        exit 77
+    fi
+    flood="$(cat <<'PY'
+import os, signal, sys, time
+children = []
+refused = None
+for _ in range(400):
+    try:
+        pid = os.fork()
+    except BlockingIOError:
+        refused = len(children)
+        break
+    if pid == 0:
+        time.sleep(20)
+        os._exit(0)
+    children.append(pid)
+if refused is not None:
+    open("flood-holding", "w").close()
+    time.sleep(4)
+for pid in children:
+    os.kill(pid, signal.SIGKILL)
+for pid in children:
+    os.waitpid(pid, 0)
+print(f"fork refused after {refused} children" if refused is not None else f"no limit: {len(children)} children")
+PY
+)"
+    rm -f "/home/$AGENT/workspace/flood-holding"
+    mcp exec "python3 -c '$flood'" >"$STATE/flood.out" 2>&1 &
+    local caller=$!
+    wait_for 30 test -e "/home/$AGENT/workspace/flood-holding" || { wait "$caller" || true; fail "the flood did not hit TasksMax: $(cat "$STATE/flood.out")"; }
+    local status
+    status="$(https_status /health)"
+    wait "$caller" || fail "the flood call failed: $(cat "$STATE/flood.out")"
+    out="$(cat "$STATE/flood.out")"
+    [[ "$out" == "fork refused after "* ]] || fail "flood: $out"
+    [ "$status" = 200 ] || fail "/health answered $status during the flood"
+    systemctl is-active --quiet "$EXECUTOR.service" || fail "the executor died in the flood"
+    echo "fork flood as $AGENT: $out (TasksMax=80); /health through Caddy during it: $status; executor still active"
+}
+
+check_name() { declare -F "check_$1" >/dev/null; }
+
+if [ $# -ne 1 ] || ! check_name "$1"; then
+    echo "usage: checks.sh NAME (one of: $(declare -F | sed -n 's/^declare -f check_//p' | grep -v '^name$' | tr '\n' ' '))" >&2
+    exit 2
+fi
+"check_$1"

@@ -1,0 +1,60 @@
+"""The MCP checks of the real-systemd test, run inside the container with the installed venv's interpreter.
+
+The official SDK client over streamable HTTP, through Caddy: https://DOMAIN/mcp resolved by the container's
+/etc/hosts to loopback, Caddy's certificate checked against Caddy's local CA. Each subcommand prints one line
+(what it saw) and exits non-zero if it is not what a user should see.
+
+    python mcp_check.py DOMAIN CA_FILE TOKEN_FILE exec COMMAND     # prints the command's stdout (exit 0 only)
+    python mcp_check.py DOMAIN CA_FILE TOKEN_FILE background COMMAND  # prints the background process's pid
+    python mcp_check.py DOMAIN CA_FILE TOKEN_FILE kill PID
+"""
+
+from __future__ import annotations
+
+import re
+import ssl
+import sys
+
+import anyio
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+
+def text_of(result: object) -> str:
+    return "".join(getattr(block, "text", "") for block in getattr(result, "content"))
+
+
+async def main(domain: str, ca_file: str, token_file: str, action: str, argument: str) -> int:
+    token = open(token_file).read().strip()
+    context = ssl.create_default_context(cafile=ca_file)
+    http = httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {token}"}, verify=context, timeout=httpx2.Timeout(60, read=120)
+    )
+    async with http, Client(streamable_http_client(f"https://{domain}/mcp", http_client=http)) as client:  # type: ignore[arg-type]
+        if action == "exec":
+            result = await client.call_tool("terminal_exec", {"command": argument})
+            structured = result.structured_content or {}
+            if result.is_error or structured.get("exit_code") != 0:
+                print(f"terminal_exec failed: {text_of(result)[:500]}")
+                return 1
+            print(str(structured.get("stdout", "")).strip())
+        elif action == "background":
+            result = await client.call_tool("terminal_exec_background", {"command": argument})
+            found = re.search(r"^PID: (\d+)$", text_of(result), re.M)
+            if result.is_error or not found:
+                print(f"terminal_exec_background failed: {text_of(result)[:500]}")
+                return 1
+            print(found.group(1))
+        elif action == "kill":
+            result = await client.call_tool("terminal_kill", {"pid": int(argument)})
+            print(text_of(result))
+            return 1 if result.is_error else 0
+        else:
+            print(f"unknown action {action!r}")
+            return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(anyio.run(main, *sys.argv[1:6]))
