@@ -24,10 +24,10 @@ from oauthlib.common import Request
 from oauthlib.oauth2.rfc6749 import errors
 
 from audit.recorder import Actor, event
-from oauth.credentials import application_label
-from oauth.models import ClientRegistration, CodeExchange
+from oauth.credentials import application_label, oauth_key
+from oauth.models import ClientRegistration, CodeExchange, Revocation
 from oauth.redirects import redirect_uri_refusal
-from oauth.revocation import code_hash, revoke_tokens_of_replayed_code
+from oauth.revocation import announce, code_hash, revoke_tokens_of_replayed_code
 
 logger = logging.getLogger(__name__)
 CODE_CONSUMED = "_sandstorm_code_consumed"
@@ -134,7 +134,8 @@ class SandstormValidator(OAuth2Validator):
             checksum = hashlib.sha256(refresh_token.encode("utf-8")).hexdigest()
             reused = RefreshToken.objects.filter(token_checksum=checksum, revoked__isnull=False).select_related("application").first()
             if reused is not None:
-                # The toolkit has just revoked the whole family (REFRESH_TOKEN_REUSE_PROTECTION).
+                # The toolkit has just revoked the whole family (REFRESH_TOKEN_REUSE_PROTECTION): a revocation like
+                # any other, so the client's running calls are cancelled and its background processes stopped.
                 event(
                     "oauth.refresh_reused",
                     Actor(client_address=client_address(request)),
@@ -142,6 +143,7 @@ class SandstormValidator(OAuth2Validator):
                     client=application_label(reused.application.name, reused.application.client_id),
                     user_id=reused.user_id,
                 )
+                announce([oauth_key(reused.application_id, reused.user_id)], reason=Revocation.REASON_REFRESH_REUSE, by=None)
         return valid
 
     # --- clients --------------------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Revoking one credential, by any route, stops every background process it started (and only those), through the
 executor, and the audit log says so: the admin's bearer-token action, `manage.py revoke_token` (another process),
-revoking an OAuth client and revoking an OAuth access token; also a revocation made in another server process."""
+revoking an OAuth client, revoking an OAuth access token and a reused refresh token (its family revoked); also a
+revocation made in another server process."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import psutil
 import pytest
 
 from tests.live import LiveServer, apoll, live_group_members, make_replica, mcp_client, running_server, text_of
-from tests.oauth_flow import AdminSession, audit_events, hidden_inputs, obtain_tokens, register, shell
+from tests.oauth_flow import AdminSession, audit_events, hidden_inputs, obtain_tokens, refresh, register, shell
 
 pytestmark = [pytest.mark.live, pytest.mark.anyio]
 DEADLINE = 20.0
@@ -162,6 +163,22 @@ async def test_revoking_an_oauth_access_token_stops_its_background_processes(
     ).strip()
     run_admin_action(admin, "/admin/oauth2_provider/accesstoken/", "revoke", pk)
     await assert_stopped_and_audited(server, pid, kept=[token_b[1], kept_pid])
+
+
+async def test_a_reused_refresh_token_stops_the_background_processes_of_its_client(
+    server: LiveServer, admin: AdminSession, token_b: tuple[str, int]
+) -> None:
+    """A refresh token presented twice was stolen: the toolkit revokes its family, and that is a revocation too."""
+    client, kept_client = register(server), register(server)
+    tokens, kept = obtain_tokens(server, admin, client), obtain_tokens(server, admin, kept_client)
+    kept_pid = await start_background(server, str(kept["access_token"]))
+    rotated = refresh(server, client, str(tokens["refresh_token"]))
+    assert rotated.status_code == 200, rotated.text
+    pid = await start_background(server, str(rotated.json()["access_token"]))
+    assert refresh(server, client, str(tokens["refresh_token"])).status_code == 400  # the reuse
+    await assert_stopped_and_audited(server, pid, kept=[token_b[1], kept_pid])
+    [event] = [e for e in audit_events(server, "credentials.background_stopped") if pid in e["detail"]["pids"]]  # type: ignore[index, operator]
+    assert event["detail"]["reason"] == "refresh_reuse"  # type: ignore[index]
 
 
 async def test_a_revocation_in_another_server_process_stops_the_processes_this_one_started(
