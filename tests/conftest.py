@@ -142,6 +142,18 @@ def browser():  # type: ignore[no-untyped-def]
         chromium.close()
 
 
+@pytest.fixture
+def admin_page(browser, live_server):  # type: ignore[no-untyped-def]
+    """A page of its own browser context, signed in to the admin of the session's live server."""
+    from tests.browser import log_in_as_admin
+
+    context = browser.new_context()
+    page = context.new_page()
+    log_in_as_admin(page, live_server)
+    yield page
+    context.close()
+
+
 @pytest.fixture(scope="session")
 def oauth_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """A server shared by the OAuth modules that neither rotate nor prune (registration rate limit off)."""

@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx2
 import pytest
-from playwright.sync_api import Browser, Page
+from playwright.sync_api import Page
 
-from tests.browser import log_in_as_admin
 from tests.live import INITIALIZE, MCP_HEADERS, LiveServer, auth_headers
 
 pytestmark = [pytest.mark.live, pytest.mark.browser]
-
-
-@pytest.fixture
-def admin_page(browser: Browser, live_server: LiveServer) -> Iterator[Page]:
-    context = browser.new_context()
-    page = context.new_page()
-    log_in_as_admin(page, live_server)
-    yield page
-    context.close()
 
 
 def mcp_status(server: LiveServer, token: str) -> int:

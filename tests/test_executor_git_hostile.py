@@ -13,7 +13,7 @@ import pytest
 from mcpserver.executor import gitconfig
 from mcpserver.executor.interface import ToolFailure
 from tests import hostile_git
-from tests.test_executor_git import GitExecutor, Setup
+from tests.test_executor_git import GitExecutor, Setup, executor, setup, workspace  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.anyio
 
@@ -22,23 +22,6 @@ pytestmark = pytest.mark.anyio
 def http_url() -> Iterator[str]:
     with hostile_git.unauthorized_http() as url:
         yield url
-
-
-@pytest.fixture
-def setup(tmp_path: Path) -> Setup:
-    return Setup(tmp_path)
-
-
-@pytest.fixture
-def workspace(setup: Setup) -> Path:
-    root = setup.tmp / "ws"
-    root.mkdir()
-    return root
-
-
-@pytest.fixture
-def executor(setup: Setup, workspace: Path) -> GitExecutor:
-    return GitExecutor(workspace, setup.home)
 
 
 async def call(executor: GitExecutor, tool: str, path: str, arguments: dict[str, object]) -> str:

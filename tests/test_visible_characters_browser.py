@@ -4,29 +4,18 @@ and a client registered under a name with an override, are shown to the admin wi
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import anyio
 import pytest
 from playwright.sync_api import Browser, Page
 
-from tests.browser import log_in_as_admin
 from tests.live import LiveServer, mcp_client, poll, text_of
 from tests.oauth_flow import authorize_url, pkce, register
 
 pytestmark = [pytest.mark.live, pytest.mark.browser]
 RLO = "\u202e"
 PAGE_DEADLINE = 15.0
-
-
-@pytest.fixture
-def admin_page(browser: Browser, live_server: LiveServer) -> Iterator[Page]:
-    context = browser.new_context()
-    page = context.new_page()
-    log_in_as_admin(page, live_server)
-    yield page
-    context.close()
 
 
 def run_command(server: LiveServer, command: str) -> str:
