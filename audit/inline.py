@@ -25,7 +25,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from audit.append import Statements, append_in, make_storable, saved, statements_for
 from audit.models import AuditRecord
-from sandstorm_site.sqlite import connection_beside
+from audit.sqlite import connection_beside
 
 logger = logging.getLogger(__name__)
 CHECKPOINT_EVERY = 64  # commits; about 14 pages each, so the WAL stays near SQLite's own 1000-page threshold

@@ -23,7 +23,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
 from oauth.models import LAST_USED_PRECISION, BearerToken, hash_token
-from sandstorm_site.sqlite import connection_beside
+from audit.sqlite import connection_beside
 
 # (token id, name, scope, user id, username) of a token in steady use, or None.
 SteadyToken = tuple[int, str, str, int, str]

@@ -203,7 +203,7 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "json": {"()": "sandstorm_site.jsonlog.JsonFormatter"},
+        "json": {"()": "mcpserver.executor.jsonlog.JsonFormatter"},
         "text": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "stream": "ext://sys.stdout", "formatter": LOG_FORMAT}},

@@ -9,7 +9,7 @@ import uuid
 import httpx2
 import pytest
 
-from sandstorm_site.jsonlog import JsonFormatter
+from mcpserver.executor.jsonlog import JsonFormatter
 from tests.live import LiveServer, mcp_client, poll
 
 pytestmark = [pytest.mark.live]

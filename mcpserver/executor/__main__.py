@@ -19,7 +19,7 @@ from mcpserver.executor.local import LocalExecutor
 from mcpserver.executor.rlimits import DEFAULT_MAX_PROCESSES, MIN_MAX_MEMORY, ToolLimits, default_max_memory
 from mcpserver.executor.savedoutput import DEFAULT_MAX_BYTES
 from mcpserver.executor.service import ExecutorService, bind_socket, logger
-from sandstorm_site.jsonlog import JsonFormatter  # plain logging, no Django
+from mcpserver.executor.jsonlog import JsonFormatter  # plain logging, no Django
 
 SD_LISTEN_FDS_START = 3
 
