@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-postgres test-systemd bench check-python venv clean lock
+.PHONY: run test test-postgres test-systemd bench lint check-python venv clean lock
 
 check-python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null || \
@@ -52,3 +52,9 @@ lock: check-python
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+# Lint, formatting and types, as CI checks them (configured in pyproject.toml).
+lint: venv
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
