@@ -51,7 +51,7 @@ def call_queryset() -> QuerySet[AuditRecord]:
 
 def finished_of(started: AuditRecord) -> AuditRecord | None:
     try:
-        return started.finished_record  # type: ignore[no-any-return]
+        return started.finished_record
     except AuditRecord.DoesNotExist:
         return None
 
@@ -85,11 +85,11 @@ class Unindexed(Transform):
 
     lookup_name = "unindexed"
 
-    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
+    def as_sql(self, compiler: Any, connection: Any, *args: Any, **extra_context: Any) -> tuple[str, list[Any]]:
         sql, params = compiler.compile(self.lhs)
         return sql, list(params)
 
-    def as_sqlite(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
+    def as_sqlite(self, compiler: Any, connection: Any, **extra_context: Any) -> tuple[str, list[Any]]:
         sql, params = compiler.compile(self.lhs)
         return f"+{sql}", list(params)
 

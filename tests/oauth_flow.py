@@ -11,6 +11,7 @@ import hashlib
 import json
 import secrets
 from dataclasses import dataclass, field
+from typing import Any
 from html.parser import HTMLParser
 from urllib.parse import parse_qs, urlencode, urlsplit
 
@@ -180,7 +181,7 @@ print(raw)
     return shell(server, code).strip().splitlines()[-1]
 
 
-def audit_events(server: LiveServer, name: str) -> list[dict[str, object]]:
+def audit_events(server: LiveServer, name: str) -> list[dict[str, Any]]:
     code = f"""
 import json
 from audit.models import AuditRecord

@@ -81,4 +81,4 @@ def test_unknown_fields_are_dropped_from_the_client_the_audit_log_and_the_answer
     assert marker not in json.dumps({field.name: str(getattr(application, field.attname)) for field in Application._meta.concrete_fields})
     (record,) = AuditRecord.objects.filter(event="oauth.client_registered")
     assert marker not in json.dumps(record.detail)
-    assert record.detail["redirect_uris"] == [CALLBACK]
+    assert record.detail is not None and record.detail["redirect_uris"] == [CALLBACK]

@@ -105,7 +105,7 @@ async def test_rotate_tokens_from_the_shell_cancels_calls_in_the_server_and_can_
         tokens = obtain_tokens(server, admin, register(server))
         opened = mcp_status(server, str(tokens["access_token"]))  # an MCP session, open before the rotation
         session_headers = {**MCP_HEADERS, "Authorization": f"Bearer {tokens['access_token']}", "Mcp-Session-Id": opened.headers["mcp-session-id"]}
-        marker, results = uuid.uuid4().hex, {}
+        marker, results = uuid.uuid4().hex, dict[str, Any]()
         async with mcp_client(server.mcp_url, str(tokens["access_token"])) as by_oauth:
             async with anyio.create_task_group() as group:
                 group.start_soon(long_call, by_oauth, marker, results)

@@ -31,7 +31,7 @@ async def main(domain: str, ca_file: str, token_file: str, action: str, argument
     http = httpx2.AsyncClient(
         headers={"Authorization": f"Bearer {token}"}, verify=context, timeout=httpx2.Timeout(60, read=120)
     )
-    async with http, Client(streamable_http_client(f"https://{domain}/mcp", http_client=http)) as client:  # type: ignore[arg-type]
+    async with http, Client(streamable_http_client(f"https://{domain}/mcp", http_client=http)) as client:
         if action == "exec":
             result = await client.call_tool("terminal_exec", {"command": argument})
             structured = result.structured_content or {}
@@ -57,4 +57,5 @@ async def main(domain: str, ca_file: str, token_file: str, action: str, argument
 
 
 if __name__ == "__main__":
-    sys.exit(anyio.run(main, *sys.argv[1:6]))
+    domain, ca_file, token_file, action, argument = sys.argv[1:6]
+    sys.exit(anyio.run(main, domain, ca_file, token_file, action, argument))
