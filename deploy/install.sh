@@ -5,7 +5,7 @@
 #
 # Run it from a git checkout, as root or as a user who can use sudo. Re-running it after `git pull` is the upgrade:
 # it changes only what is not already right, keeps data and secrets, and updates code, dependencies and the
-# database schema. See `--help` and the README's "Deploy to a server".
+# database schema. See `--help` and docs/operations.md.
 set -euo pipefail
 
 usage() {
