@@ -5,7 +5,7 @@
 #
 # Run it from a git checkout, as root or as a user who can use sudo. Re-running it after `git pull` is the upgrade:
 # it changes only what is not already right, keeps data and secrets, and updates code, dependencies and the
-# database schema. See `--help` and the README's "Deploy to a server".
+# database schema. See `--help` and docs/operations.md.
 set -euo pipefail
 
 usage() {
@@ -62,16 +62,14 @@ DROP_IN="$UNIT_DIR/$EXECUTOR.service.d/agent-sudo.conf"
 LIMITS_DROP_IN="$UNIT_DIR/$EXECUTOR.service.d/limits.conf"
 # The rule for RUN_DIR, Daphne's socket's directory (0750, the server's user and Caddy's group).
 TMPFILES_CONF="$PREFIX/etc/tmpfiles.d/$SERVICE.conf"
-# Where installers before privilege separation put the drop-in (tools ran in the server's unit then).
-OLD_DROP_IN="$UNIT_DIR/$SERVICE.service.d/agent-sudo.conf"
 SUDOERS_FILE="$PREFIX/etc/sudoers.d/$SERVICE"
 CADDY_DIR="$PREFIX/etc/caddy"
 CADDY_SITE="$CADDY_DIR/$SERVICE.caddy"
 MANAGE="$PREFIX/usr/local/bin/sandstorm-manage"
 OS_RELEASE="$PREFIX/etc/os-release"
 PACKAGES=(python3 python3-venv git caddy curl)
-# What the server reads from the env file and the installer cannot do without; a file written by an older
-# installer that lacks one of these gets a warning.
+# What the server reads from the env file and the installer cannot do without; a file that lacks one of these (an
+# operator's edit) gets a warning.
 REQUIRED_VARS=(SANDSTORM_PUBLIC_URL SANDSTORM_WORKSPACE_ROOT SANDSTORM_STATE_DIR)
 MAX_REQUEST_BYTES=4194304  # SANDSTORM_MAX_REQUEST_BYTES unless the env file sets it
 READY_DEADLINE=60
@@ -90,7 +88,6 @@ CHANGED_CODE=0
 CHANGED_UNITS=0
 CHANGED_CONFIG=0
 CHANGED_CADDY=0
-CHANGED_GROUPS=0
 CHANGED_SOCKET=0
 CHANGED_SERVER_SOCKET=0
 FIRST_INSTALL=0
@@ -264,7 +261,7 @@ ensure_owner() {
 }
 
 # MODE is octal (0750). chmod gets it with one more leading zero (00750): for a directory, GNU chmod keeps a
-# setgid bit that a plain 0750 does not mention, and an older install made the workspace setgid.
+# setgid bit that a plain 0750 does not mention, and mkdir under a setgid parent makes the directory setgid.
 ensure_dir() {
     local path="$1" mode="$2" owner="$3" want
     want="$(printf '%o' "$((8#$mode))")"
@@ -301,12 +298,6 @@ install_packages() {
 
 user_exists() { getent passwd "$1" >/dev/null 2>&1; }
 
-in_group() {
-    local members
-    members="$(getent group "$2" | cut -d: -f4)"
-    [[ ",$members," == *",$1,"* ]]
-}
-
 ensure_users() {
     say "Users"
     if ! user_exists "$SERVICE_USER"; then
@@ -318,12 +309,6 @@ ensure_users() {
     if ! user_exists "$AGENT_USER"; then
         run useradd --system --user-group --home-dir "$AGENT_HOME" --no-create-home \
             --shell /bin/bash --comment "Sandstorm agent (runs tools)" "$AGENT_USER"
-    fi
-    # Installers before privilege separation let the server write the workspace through the agent's group. The
-    # server no longer touches the workspace, and the agent's files are none of its business: out it goes.
-    if in_group "$SERVICE_USER" "$AGENT_USER"; then
-        run gpasswd -d "$SERVICE_USER" "$AGENT_USER"
-        CHANGED_GROUPS=1
     fi
     if [ "$DRY_RUN" -eq 0 ] && ! getent group "$CADDY_GROUP" >/dev/null; then
         die "the group '$CADDY_GROUP' does not exist; the caddy package should have created it (is caddy installed?)"
@@ -338,22 +323,7 @@ ensure_dirs() {
     ensure_dir "$AGENT_HOME" 0750 "$AGENT_USER:$AGENT_USER"
     # The agent's alone: only the executor, running as the agent user, works in it.
     ensure_dir "$WORKSPACE" 0750 "$AGENT_USER:$AGENT_USER"
-    adopt_server_files
     ensure_dir "$APP_ROOT" 0755 root:root
-}
-
-# Before privilege separation tools ran as the server user, so an upgraded workspace holds files the server user
-# owns. The agent user takes them over: it could not chmod them, and git refuses to work in a repository another
-# user owns ("dubious ownership").
-adopt_server_files() {
-    local uid
-    uid="$(getent passwd "$SERVICE_USER" | cut -d: -f3 || true)"  # none yet on a first dry run
-    if [ -z "$uid" ] || ! as_root test -d "$WORKSPACE"; then
-        return 0
-    fi
-    if [ -n "$(as_root find "$WORKSPACE" -xdev -uid "$uid" -print -quit 2>/dev/null)" ]; then
-        run chown -R --no-dereference --from="$SERVICE_USER" "$AGENT_USER:$AGENT_USER" "$WORKSPACE"
-    fi
 }
 
 git_repo() { git -c safe.directory="$REPO" -C "$REPO" "$@"; }
@@ -479,7 +449,7 @@ check_env_file() {
     done
     # The executor, not the server, starts tool processes: it reads its own file, never the server's.
     if env_file_value SANDSTORM_TOOL_ENV_ALLOW >/dev/null; then
-        warn "$ENV_FILE sets SANDSTORM_TOOL_ENV_ALLOW, which tools no longer get from there: move it, and the variables it names, to $EXECUTOR_ENV_FILE (see deploy/executor.env.example)"
+        warn "$ENV_FILE sets SANDSTORM_TOOL_ENV_ALLOW, which tools do not get from there: move it, and the variables it names, to $EXECUTOR_ENV_FILE (see deploy/executor.env.example)"
     fi
     if env_file_value SANDSTORM_EXECUTOR_SOCKET >/dev/null; then
         warn "$ENV_FILE sets SANDSTORM_EXECUTOR_SOCKET, overriding the server unit's ($EXECUTOR_RUN_DIR/executor.sock): remove it unless you moved the executor"
@@ -589,12 +559,8 @@ install_units() {
     fi
 }
 
-# The drop-in goes on the executor's unit, where tools run; one left on the server's unit by an older installer goes.
+# The drop-in goes on the executor's unit, where tools run; the server's unit is never relaxed.
 configure_agent_sudo() {
-    if remove_file "$OLD_DROP_IN"; then
-        CHANGED_UNITS=1
-        run rmdir --ignore-fail-on-non-empty "$(dirname "$OLD_DROP_IN")"
-    fi
     if [ "$AGENT_SUDO" -eq 0 ]; then
         if remove_file "$DROP_IN"; then CHANGED_UNITS=1; fi
         if remove_file "$SUDOERS_FILE"; then
@@ -640,14 +606,12 @@ enable_units() {
 # first (it has the executor end the calls in flight and records them as cancelled), then the executor.
 # Background processes agents started keep running (the executor's unit has KillMode=process).
 stop_for_upgrade() {
-    end_old_layout_processes
     [ "$CHANGED_CODE" -eq 1 ] || return 0
     if unit_active "$SERVICE.service"; then
         say "Stopping the server for the upgrade (running tool calls are finished or recorded as cancelled)"
         run systemctl stop "$SERVICE.service"
     fi
-    # Its socket too (none before this version), or the next request through Caddy would start the server again
-    # on half-installed code.
+    # Its socket too, or the next request through Caddy would start the server again on half-installed code.
     if unit_active "$SERVICE.socket"; then
         run systemctl stop "$SERVICE.socket"
     fi
@@ -655,20 +619,6 @@ stop_for_upgrade() {
         say "Stopping the tool executor for the upgrade (background processes keep running)"
         run systemctl stop "$EXECUTOR.service"
     fi
-}
-
-# Installs before privilege separation ran the tools in the server's unit, with KillMode=process: background
-# processes agents started there may still run, as the server user, with its access to the database and secrets.
-# None may outlive the move to the executor (which could not even signal them): the server stops, and they end.
-end_old_layout_processes() {
-    as_root grep -qx 'KillMode=process' "$UNIT_DIR/$SERVICE.service" 2>/dev/null || return 0
-    say "Ending what agents started inside the server's unit (before privilege separation, tools ran as $SERVICE_USER)"
-    if unit_active "$SERVICE.service"; then
-        run systemctl stop "$SERVICE.service"
-    fi
-    run systemctl kill --signal=SIGKILL "$SERVICE.service" ||
-        warn "could not end the processes left in $SERVICE.service; see: systemctl status $SERVICE"
-    [ "$DRY_RUN" -eq 1 ] || note "background processes started before this upgrade ran as $SERVICE_USER and were ended; from now on tools run as $AGENT_USER"
 }
 
 # The executor's socket, then the executor, then the server (whose smoke test needs the executor). Each is
@@ -686,8 +636,7 @@ start_service() {
         run systemctl start "$EXECUTOR.socket"
     fi
     start_or_restart "$EXECUTOR.service" $((CHANGED_CODE + CHANGED_UNITS))
-    # Daphne's socket likewise; a server still running without it (an older install's, which made its own) is
-    # stopped first, so it cannot hold or remove the directory the socket goes in.
+    # Daphne's socket likewise: the server stops first, so the socket restarts without a service holding it.
     if [ "$CHANGED_SERVER_SOCKET" -eq 1 ] || ! unit_active "$SERVICE.socket"; then
         if unit_active "$SERVICE.service"; then
             run systemctl stop "$SERVICE.service"
@@ -695,7 +644,7 @@ start_service() {
         run systemd-tmpfiles --create "$TMPFILES_CONF"
         run systemctl restart "$SERVICE.socket"
     fi
-    start_or_restart "$SERVICE.service" $((CHANGED_CODE + CHANGED_UNITS + CHANGED_CONFIG + CHANGED_GROUPS))
+    start_or_restart "$SERVICE.service" $((CHANGED_CODE + CHANGED_UNITS + CHANGED_CONFIG))
 }
 
 start_or_restart() {
@@ -865,11 +814,8 @@ smoke_through_caddy() {
     note "/mcp without a token: 401 with WWW-Authenticate"
     check_initialize
     status="$(https -o /dev/null -w '%{http_code}' "https://$DOMAIN/.well-known/oauth-protected-resource/mcp")"
-    case "$status" in
-        200) note "/.well-known/oauth-protected-resource/mcp: 200" ;;
-        404) warn "/.well-known/oauth-protected-resource/mcp answered 404: this version serves no OAuth metadata yet (bearer tokens work; Claude.ai's OAuth connector needs it)" ;;
-        *) die "/.well-known/oauth-protected-resource/mcp answered $status, not 200" ;;
-    esac
+    [ "$status" = 200 ] || die "/.well-known/oauth-protected-resource/mcp answered $status, not 200"
+    note "/.well-known/oauth-protected-resource/mcp: 200"
 }
 
 # An MCP initialize with a read-only token made for this check and revoked right after it.

@@ -474,8 +474,8 @@ def test_first_install_smoke_tests_the_server_through_caddy_and_as_caddys_user(i
     assert ["-u", "caddy", "--", "curl"] in host_calls_after_first_install(host)
     # Daphne's socket directory, by the tmpfiles rule: the server's user and Caddy's group only.
     assert mode(host.prefix / "run/sandstorm-mcp") == 0o750
-    # The OAuth metadata is checked too: served (200) or, before the OAuth work, reported as missing.
-    assert "oauth-protected-resource/mcp: 200" in result.stdout or "oauth-protected-resource/mcp answered 404" in result.stderr
+    # The OAuth metadata is checked too (Claude.ai's connector needs it).
+    assert "/.well-known/oauth-protected-resource/mcp: 200" in result.stdout
 
 
 def host_calls_after_first_install(host: Host) -> list[list[str]]:
@@ -686,64 +686,6 @@ def test_agent_sudo_adds_a_limited_rule_and_a_run_without_it_removes_it(installe
     assert not sudoers.exists() and not drop_in.exists()
     assert "removed the agents' sudo rule" in result.stderr
     assert ["restart", "sandstorm-mcp-executor.service"] in host.calls("systemctl")
-
-
-def test_an_upgrade_from_before_privilege_separation_takes_the_server_out_of_the_agents_files(
-    installed: tuple[Host, subprocess.CompletedProcess[str]],
-) -> None:
-    """What an older installer left: the server user in the agent's group, a setgid group-writable workspace, the
-    agent-sudo drop-in on the server's unit, a server unit with KillMode=process (whose cgroup may still hold
-    background processes agents started as the server user), and (when these tests run as root, which can give a
-    file away) files the server user created in the workspace."""
-    host, _ = installed
-    units, workspace = host.prefix / "etc/systemd/system", host.prefix / f"home/{AGENT}/workspace"
-    server_unit = units / "sandstorm-mcp.service"
-    server_unit.write_text(server_unit.read_text() + "[Service]\nKillMode=process\n")
-    users = json.loads((host.state / "users.json").read_text())
-    users["group"][AGENT].append("sandstorm")
-    (host.state / "users.json").write_text(json.dumps(users))
-    old_drop_in = units / "sandstorm-mcp.service.d/agent-sudo.conf"
-    old_drop_in.parent.mkdir()
-    old_drop_in.write_text("[Service]\nNoNewPrivileges=no\n")
-    workspace.chmod(0o2770)
-    servers_file = workspace / "cloned-by-the-server"
-    servers_file.write_text("x")
-    as_root = os.geteuid() == 0
-    if as_root:
-        os.chown(servers_file, 999, 999)  # the fake getent's uid of the server user
-    try:
-        before = manifest(host.prefix)
-        result = host.install("--dry-run")
-        assert manifest(host.prefix) == before and changes(host) == []
-        assert f"would run: gpasswd -d sandstorm {AGENT}" in result.stdout
-        assert f"would run: rm -f {old_drop_in}" in result.stdout
-        assert f"would run: chmod 00750 {workspace}" in result.stdout
-        assert "would run: systemctl kill --signal=SIGKILL sandstorm-mcp.service" in result.stdout
-
-        result = host.install()
-        assert host.calls("gpasswd") == [["-d", "sandstorm", AGENT]] and "sandstorm" not in host.groups()[AGENT]
-        assert not old_drop_in.parent.exists()
-        assert mode(workspace) == 0o750
-        chowns = [argv for argv in host.calls("chown") if argv[-1] == str(workspace)]
-        if as_root:
-            assert chowns == [["-R", "--no-dereference", "--from=sandstorm", f"{AGENT}:{AGENT}", str(workspace)]]
-        else:
-            assert chowns == []  # nothing the server user owns here: a test not run as root cannot give a file away
-        # The server stops, what is left in its unit is killed, and it starts again: without the agent's group (a
-        # running process keeps its groups) and with its new unit. The executor restarts with the units.
-        systemctl = host.calls("systemctl")
-        order = [["stop", "sandstorm-mcp.service"], ["kill", "--signal=SIGKILL", "sandstorm-mcp.service"], ["start", "sandstorm-mcp.service"]]
-        assert all(call in systemctl for call in order), systemctl
-        assert [systemctl.index(call) for call in order] == sorted(systemctl.index(call) for call in order)
-        assert ["restart", "sandstorm-mcp-executor.service"] in systemctl
-        assert "KillMode=process" not in server_unit.read_text()
-        assert f"/health: 200, tools run by the executor as {AGENT}" in result.stdout
-    finally:
-        servers_file.unlink()
-    # Idempotent: the next run finds nothing to change.
-    result = host.install()
-    assert changes(host) == [], result.stdout
-    assert host.calls("gpasswd") == []
 
 
 def test_a_changed_socket_unit_restarts_the_socket_with_the_executor_down(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from importlib.metadata import version
 
 import httpx2
 import pytest
@@ -153,7 +154,7 @@ async def test_tool_processes_see_none_of_the_servers_environment(live_server: L
 
 def test_health_reports_status_without_secrets(live_server: LiveServer) -> None:
     body = httpx2.get(f"{live_server.url}/health", timeout=10).json()
-    assert body["ok"] is True and body["version"]
+    assert body["ok"] is True and body["version"] == version("sandstorm-mcp")
     assert body["cores"] >= 1 and body["memory_available_bytes"] > 0 and body["workspace_disk_free_bytes"] > 0
     assert len(body["tools"]) == 20 and "terminal_exec" in body["tools"]
     assert live_server.token not in json.dumps(body)
