@@ -23,10 +23,10 @@ from mcpserver.call import ToolCall, actor_for, mark_dispatched, principal_from_
 from mcpserver.executor.interface import ToolFailure
 from mcpserver.executor.remote import ExecutorFault, ExecutorLost
 from mcpserver.inflight import IN_FLIGHT
-from mcpserver.instance import INSTANCE_ID
+from mcpserver.process import INSTANCE_ID
 from mcpserver.registry import ToolSpec
 from mcpserver.results import ToolResult, render
-from mcpserver.runtime import Runtime, get_runtime
+from mcpserver.services import Runtime, get_runtime
 from oauth.credentials import Principal
 from oauth.models import SCOPE_READ
 

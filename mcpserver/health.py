@@ -11,9 +11,9 @@ from django.views.decorators.http import require_GET
 
 from mcpserver.executor.interface import ToolFailure
 from mcpserver.executor.remote import ExecutorFault, ExecutorLost
-from mcpserver.instance import sandstorm_version, uptime_seconds
+from mcpserver.process import sandstorm_version, uptime_seconds
 from mcpserver.registry import TOOLS
-from mcpserver.runtime import get_runtime
+from mcpserver.services import get_runtime
 from mcpserver.tools import ALL_TOOL_MODULES  # noqa: F401  (importing registers the tools)
 
 logger = logging.getLogger(__name__)

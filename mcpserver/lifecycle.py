@@ -16,7 +16,7 @@ from audit.chain import chain_head
 from audit.failures import FailureAggregator
 from audit.instances import heartbeat, mark_stopped, recover_interrupted, register_instance
 from audit.recorder import Actor, event
-from mcpserver.instance import INSTANCE_ID
+from mcpserver.process import INSTANCE_ID
 
 logger = logging.getLogger(__name__)
 TICK_SECONDS = 60.0

@@ -29,9 +29,9 @@ from audit.recorder import aevent
 from mcpserver.executor.interface import Executor, ToolFailure
 from mcpserver.executor.remote import ExecutorFault, ExecutorLost
 from mcpserver.inflight import InFlightCalls
-from mcpserver.instance import INSTANCE_ID
+from mcpserver.process import INSTANCE_ID
 from mcpserver.models import BackgroundProcess
-from mcpserver.runtime import get_runtime
+from mcpserver.services import get_runtime
 from oauth.models import Revocation
 
 logger = logging.getLogger(__name__)

@@ -23,8 +23,8 @@ from django.urls import path, re_path  # noqa: E402
 
 django_application = get_asgi_application()  # sets Django up before anything imports models
 
-from mcpserver.app import build_mcp_application  # noqa: E402
-from mcpserver.runner import LifespanApp, install_reactor_hooks  # noqa: E402
+from mcpserver.application import build_mcp_application  # noqa: E402
+from mcpserver.lifespan import LifespanApp, install_reactor_hooks  # noqa: E402
 from sandstorm_site import daphne_tweaks  # noqa: E402
 from sandstorm_site.accesslog import AccessLogMiddleware  # noqa: E402
 

@@ -26,7 +26,7 @@ from oauth2_provider.views.mixins import OAuthLibMixin
 from oauthlib.oauth2.rfc6749 import errors
 
 from audit.recorder import event, request_actor
-from mcpserver.runtime import executor_identity
+from mcpserver.services import executor_identity
 from oauth.credentials import application_label
 from oauth.models import SCOPE_ALL, SCOPE_READ, ClientRegistration
 from oauth.policy import resource_target_error

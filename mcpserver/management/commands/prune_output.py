@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from mcpserver.executor.interface import ToolFailure
 from mcpserver.executor.remote import ExecutorFault, ExecutorLost
-from mcpserver.runtime import get_runtime
+from mcpserver.services import get_runtime
 
 
 class Command(BaseCommand):

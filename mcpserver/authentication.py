@@ -17,9 +17,9 @@ from audit.failures import FailureAggregator
 from audit.recorder import Actor, acall_denied, aevent
 from mcpserver.call import principal_actor
 from mcpserver.inflight import IN_FLIGHT
-from mcpserver.instance import INSTANCE_ID
+from mcpserver.process import INSTANCE_ID
 from mcpserver.limits import RateLimiter
-from mcpserver.runner import SessionManagerRunner
+from mcpserver.lifespan import SessionManagerRunner
 from mcpserver.sessions import OPENING, SessionLedger
 from oauth.credentials import InsufficientScope, Principal
 from oauth.models import SCOPE_ALL, SCOPE_READ

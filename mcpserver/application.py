@@ -12,18 +12,18 @@ from starlette.types import ASGIApp
 
 from audit.failures import FailureAggregator
 from audit.recorder import WRITER as AUDIT_WRITER
-from mcpserver.asgi import BearerAuthMiddleware, McpEndpoint
+from mcpserver.authentication import BearerAuthMiddleware, McpEndpoint
 from mcpserver.bodies import JsonBodyGate
 from mcpserver.inflight import IN_FLIGHT
-from mcpserver.instance import sandstorm_version
+from mcpserver.process import sandstorm_version
 from mcpserver.lifecycle import ServerLifecycle
 from mcpserver.origins import HostOriginCheck
 from mcpserver.revocations import RevocationWatcher
-from mcpserver.runner import SessionManagerRunner
+from mcpserver.lifespan import SessionManagerRunner
 from mcpserver.executor.interface import ToolFailure
 from mcpserver.executor.remote import ExecutorFault, ExecutorLost
-from mcpserver.runtime import Runtime, get_runtime
-from mcpserver.server import build_server
+from mcpserver.services import Runtime, get_runtime
+from mcpserver.tool_server import build_server
 from mcpserver.sessions import SessionLedger
 from mcpserver.transport import install as install_transport
 from oauth.credentials import authenticate
