@@ -1,10 +1,13 @@
-"""Assembles the /mcp ASGI application from settings: server, session manager, runner, auth."""
+"""The ASGI application factory for /mcp: builds, from the settings of the moment, the services one server process
+shares (mcpserver.services), the MCPServer with the tools, the session manager's runner, and the middleware in front.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import os
+from dataclasses import dataclass
 
 from django.conf import settings
 from mcp.server.transport_security import TransportSecuritySettings
@@ -12,20 +15,20 @@ from starlette.types import ASGIApp
 
 from audit.failures import FailureAggregator
 from audit.recorder import WRITER as AUDIT_WRITER
-from mcpserver.authentication import BearerAuthMiddleware, McpEndpoint
+from mcpserver.authentication import BearerAuthMiddleware
 from mcpserver.bodies import JsonBodyGate
-from mcpserver.inflight import IN_FLIGHT
-from mcpserver.process import sandstorm_version
-from mcpserver.lifecycle import ServerLifecycle
-from mcpserver.origins import HostOriginCheck
-from mcpserver.revocations import RevocationWatcher
-from mcpserver.lifespan import SessionManagerRunner
+from mcpserver.endpoint import McpEndpoint
 from mcpserver.executor.interface import ToolFailure
 from mcpserver.executor.remote import ExecutorFault, ExecutorLost
-from mcpserver.services import Runtime, get_runtime
+from mcpserver.inflight import IN_FLIGHT
+from mcpserver.lifespan import Housekeeping, SessionManagerRunner
+from mcpserver.origins import HostOriginCheck
+from mcpserver.process import sandstorm_version
+from mcpserver.revocations import RevocationWatcher
+from mcpserver.services import Services, build_services, register
 from mcpserver.tool_server import build_server
-from mcpserver.sessions import SessionLedger
 from mcpserver.transport import install as install_transport
+from oauth.agent_identity import remember_agent_user
 from oauth.credentials import authenticate
 
 logger = logging.getLogger(__name__)
@@ -41,66 +44,70 @@ def resource_metadata_url() -> str:
     return f"{settings.PUBLIC_URL}/.well-known/oauth-protected-resource/mcp"
 
 
-async def announce_executor(runtime: Runtime) -> None:
-    """Start the development child (if that is the mode) and log who runs the tools; never fatal."""
+async def announce_executor(services: Services) -> None:
+    """Start the development child (if that is the mode), log who runs the tools and tell the consent page
+    (oauth.agent_identity); never fatal."""
     try:
-        identity = await runtime.executor.identity()
+        identity = await services.executor.identity()
     except (ToolFailure, ExecutorLost, ExecutorFault) as error:
-        logger.error("the tool executor does not answer on %s: %s", runtime.executor.socket_path, error)
+        logger.error("the tool executor does not answer on %s: %s", services.executor.socket_path, error)
+        remember_agent_user(None)
         return
+    remember_agent_user(identity["user"])
     logger.info(
         "tools run in the executor (pid %s) as OS user %s (uid %s), workspace %s",
         identity["pid"], identity["user"], identity["uid"], identity["root"],
     )  # fmt: skip
-    if runtime.executor_child is not None:
+    if services.executor_child is not None:
         logger.warning(
             "development mode: tools run as OS user %s, the server's own user, so an agent can read the server's "
             "database and keys (see README, Security model); production runs them as the agent user",
             identity["user"],
         )
-    if identity["root"] != os.path.realpath(runtime.executor.root):
-        logger.warning("the executor's workspace %s is not SANDSTORM_WORKSPACE_ROOT %s", identity["root"], runtime.executor.root)
+    if identity["root"] != os.path.realpath(services.executor.root):
+        logger.warning("the executor's workspace %s is not SANDSTORM_WORKSPACE_ROOT %s", identity["root"], services.executor.root)
 
 
-def session_ledger() -> SessionLedger:
-    return SessionLedger(
-        per_credential=settings.MAX_SESSIONS_PER_CREDENTIAL,
-        per_user=settings.MAX_SESSIONS_PER_USER,
-        unused_timeout=settings.SESSION_UNUSED_TIMEOUT,
-    )
+@dataclass(frozen=True)
+class McpApplication:
+    asgi: ASGIApp  # what serves /mcp
+    runner: SessionManagerRunner  # to start and stop with the server (mcpserver.lifespan)
+    services: Services
 
 
-def build_mcp_application() -> tuple[ASGIApp, SessionManagerRunner]:
+def build_mcp_application() -> McpApplication:
+    """Build /mcp from the current settings, and register its services for /health and the revocation receiver."""
     install_transport()  # JSON answers where no stream is needed (mcpserver.transport)
-    server = build_server(sandstorm_version())
+    services = build_services()
+    server = build_server(sandstorm_version(), services)
     server.streamable_http_app(
         streamable_http_path="/mcp",
         transport_security=transport_security(),
         max_request_body_size=settings.MAX_REQUEST_BYTES,
     )
     failures = FailureAggregator()
-    runtime = get_runtime()
-    lifecycle = ServerLifecycle(failures, runtime.audit_budget)
-    watcher = RevocationWatcher(IN_FLIGHT, runtime.executor)
+    housekeeping = Housekeeping(failures, services.audit_budget)
+    watcher = RevocationWatcher(IN_FLIGHT, services.executor)
 
     async def start() -> None:
-        await lifecycle.start()
-        await announce_executor(runtime)
+        await housekeeping.start()
+        await announce_executor(services)
         await watcher.start()
 
     async def stop() -> None:
         await watcher.stop()
         await asyncio.to_thread(AUDIT_WRITER.close)  # every session has ended: write what is queued
-        await lifecycle.stop()
-        if runtime.executor_child is not None:
-            await asyncio.to_thread(runtime.executor_child.stop)
+        await housekeeping.stop()
+        if services.executor_child is not None:
+            await asyncio.to_thread(services.executor_child.stop)
 
     runner = SessionManagerRunner(server.session_manager, on_start=start, on_stop=stop)
     app = BearerAuthMiddleware(
-        JsonBodyGate(McpEndpoint(runner, session_ledger()), max_body_bytes=settings.MAX_REQUEST_BYTES),
+        JsonBodyGate(McpEndpoint(runner, services.sessions), max_body_bytes=settings.MAX_REQUEST_BYTES),
         authenticate=authenticate,
-        rate_limiter=runtime.rate_limiter,
+        rate_limiter=services.rate_limiter,
         resource_metadata_url=resource_metadata_url(),
         failures=failures,
     )
-    return HostOriginCheck(app, public_url=settings.PUBLIC_URL), runner
+    register(services)
+    return McpApplication(HostOriginCheck(app, public_url=settings.PUBLIC_URL), runner, services)

@@ -1,4 +1,4 @@
-"""The /mcp endpoint: bearer authentication and rate limiting in front of the SDK's session manager."""
+"""Bearer authentication and the per-credential rate limit at /mcp, in front of the endpoint (mcpserver.endpoint)."""
 
 from __future__ import annotations
 
@@ -9,39 +9,28 @@ from collections.abc import Awaitable, Callable
 from django.db import DatabaseError
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.datastructures import Headers
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from audit.failures import FailureAggregator
-from audit.recorder import Actor, acall_denied, aevent
-from mcpserver.call import principal_actor
-from mcpserver.inflight import IN_FLIGHT
-from mcpserver.process import INSTANCE_ID
+from audit.recorder import Actor, aevent
+from mcpserver.call import PRINCIPAL_KEY, audit_actor
+from mcpserver.dispatch import call_parts, record_denied
 from mcpserver.limits import RateLimiter
-from mcpserver.lifespan import SessionManagerRunner
-from mcpserver.sessions import OPENING, SessionLedger
+from mcpserver.process import INSTANCE_ID
+from mcpserver.responses import send_json
 from oauth.credentials import InsufficientScope, Principal
 from oauth.models import SCOPE_ALL, SCOPE_READ
 
 logger = logging.getLogger(__name__)
 
 Authenticator = Callable[..., Awaitable[Principal | None]]
-PRINCIPAL_KEY = "sandstorm.principal"
 DENIED_RECORDS_PER_MINUTE = 10
-SESSION_REFUSED = -32000  # in JSON-RPC's range for server errors
 
 
 def client_address(scope: Scope) -> str:
     client = scope.get("client")
     return str(client[0]) if client else ""
-
-
-async def send_json(send: Send, status: int, body: dict[str, object], headers: list[tuple[bytes, bytes]]) -> None:
-    payload = json.dumps(body).encode()
-    base = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": base + headers})
-    await send({"type": "http.response.body", "body": payload})
 
 
 class BearerAuthMiddleware:
@@ -148,112 +137,7 @@ async def record_rate_limited_call(scope: Scope, receive: Receive, principal: Pr
         return
     if not isinstance(message, dict) or message.get("method") != "tools/call":
         return
-    params = message.get("params") if isinstance(message.get("params"), dict) else {}
-    arguments = params.get("arguments") if isinstance(params.get("arguments"), dict) else {}
+    tool, arguments = call_parts(message.get("params"))
     headers = Headers(scope=scope)
-    actor = principal_actor(principal, headers.get("mcp-session-id", ""), headers.get("mcp-protocol-version", ""))
-    try:
-        await acall_denied(actor, str(params.get("name", ""))[:64], arguments, "Error: rate limit exceeded", INSTANCE_ID)
-    except DatabaseError:
-        logger.exception("could not record a rate-limited call")
-
-
-class McpEndpoint:
-    """Hands each request to the SDK's session manager, starting it on first use if the reactor hook did not.
-
-    A request without a session id may open one: it first gets a place in the session ledger (its credential's
-    and user's caps), or a 429.
-    """
-
-    def __init__(self, runner: SessionManagerRunner, sessions: SessionLedger) -> None:
-        self.runner = runner
-        self.sessions = sessions
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not self.runner.running:
-            await self.runner.ensure_started()
-        headers = Headers(scope=scope)
-        session_id = headers.get("mcp-session-id")
-        if not session_id and opens_a_session(headers.get("mcp-protocol-version")):
-            await self.may_open_a_session(scope, receive, send)
-            return
-        if scope["method"] != "POST":
-            await self.runner.manager.handle_request(scope, receive, send)
-            return
-        watch = DisconnectWatch(session_id, receive, send)
-        await self.runner.manager.handle_request(scope, watch.receive, watch.send)
-
-    async def may_open_a_session(self, scope: Scope, receive: Receive, send: Send) -> None:
-        principal: Principal = scope[PRINCIPAL_KEY]
-        entry = self.sessions.admit(principal.key, principal.user_id)
-        if entry is None:
-            await self.too_many_sessions(send, principal)
-            return
-        opening = OPENING.set(entry)
-        try:
-            await self.runner.manager.handle_request(scope, receive, send)
-        finally:
-            OPENING.reset(opening)
-            if entry.transport is None:  # no session was made (a 2026-07-28 request, a refusal): free the place
-                entry.release()
-
-    async def too_many_sessions(self, send: Send, principal: Principal) -> None:
-        if self.sessions.open_count(principal.key) >= self.sessions.per_credential:
-            why = f"this credential has {self.sessions.per_credential} MCP sessions open, all of them busy"
-        else:
-            why = f"this credential's user has {self.sessions.per_user} MCP sessions open"
-        logger.warning("refused a new MCP session of %s: %s", principal.key, why)
-        message = f"Too many open sessions: {why}. End sessions no longer used (HTTP DELETE) or wait for them to close."
-        body: dict[str, object] = {"jsonrpc": "2.0", "id": None, "error": {"code": SESSION_REFUSED, "message": message}}
-        retry = str(max(1, round(self.sessions.unused_timeout)))
-        await send_json(send, 429, body, [(b"retry-after", retry.encode())])
-
-
-def opens_a_session(protocol_version: str | None) -> bool:
-    """Whether a request without a session id is the SDK's to open a session with (its own routing: a version
-    header outside the handshake's versions makes it a self-contained 2026-07-28 request)."""
-    return protocol_version is None or protocol_version in HANDSHAKE_PROTOCOL_VERSIONS
-
-
-class DisconnectWatch:
-    """Cancels the tool calls of a session's POST whose client hung up before the answer was sent.
-
-    In a stateful session the SDK keeps a request running after its POST stream drops (a client could resume it
-    from an event store; we keep none), so without this a command would run on, unseen, until its timeout.
-    """
-
-    def __init__(self, session_id: str, receive: Receive, send: Send) -> None:
-        self.session_id = session_id
-        self._receive = receive
-        self._send = send
-        self._body = bytearray()
-        self._answered = False
-
-    async def receive(self) -> Message:
-        message = await self._receive()
-        if message["type"] == "http.request":
-            self._body += message.get("body", b"")
-        elif message["type"] == "http.disconnect" and not self._answered:
-            request_ids = tool_call_ids(bytes(self._body))
-            if request_ids:
-                IN_FLIGHT.cancel_request(self.session_id, request_ids)
-        return message
-
-    async def send(self, message: Message) -> None:
-        if message["type"] == "http.response.body" and not message.get("more_body"):
-            self._answered = True
-        await self._send(message)
-
-
-def tool_call_ids(body: bytes) -> set[str]:
-    """The ids of the tools/call requests in a JSON-RPC body (one message or a batch)."""
-    try:
-        parsed = json.loads(body)
-    except (ValueError, RecursionError):  # deep nesting raises RecursionError, not ValueError
-        return set()
-    messages = parsed if isinstance(parsed, list) else [parsed]
-    return {
-        str(message["id"])
-        for message in messages
-        if isinstance(message, dict) and message.get("method") == "tools/call" and "id" in message
-    }
+    actor = audit_actor(principal, headers.get("mcp-session-id", ""), headers.get("mcp-protocol-version", ""))
+    await record_denied(actor, tool, arguments, "Error: rate limit exceeded")
