@@ -4,6 +4,7 @@ is built, not when a module is imported, so one process can build applications o
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -12,6 +13,9 @@ from starlette.types import Message, Scope
 
 from mcpserver import application, services
 from mcpserver.application import McpApplication, build_mcp_application
+from mcpserver.executor.remote import ExecutorLost
+from oauth import agent_identity
+from oauth.agent_identity import agent_user, remember_agent_user
 from oauth.credentials import Principal
 
 PRINCIPAL = Principal(
@@ -23,8 +27,9 @@ LENIENT = {"RATE_LIMIT_PER_MINUTE": 50, "MAX_CONCURRENT_CALLS": 9, "RESULT_CAP_B
 
 @pytest.fixture(autouse=True)
 def _nothing_registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No application of another test, and this test's own forgotten after it."""
+    """No application of another test, and this test's own forgotten after it (with what it told the consent page)."""
     monkeypatch.setattr(services, "_registered", None)
+    monkeypatch.setattr(agent_identity, "_agent_user", None)
 
 
 @pytest.fixture(autouse=True)
@@ -89,3 +94,33 @@ def test_the_services_of_the_last_application_built_are_the_running_ones() -> No
 def test_without_an_application_built_the_running_services_are_a_clear_error() -> None:
     with pytest.raises(ImproperlyConfigured, match="no MCP application was built in this process"):
         services.running_services()
+
+
+class AnsweringExecutor:
+    socket_path = "/nowhere"
+    root = "/tmp"
+
+    def __init__(self, identity: dict[str, object] | None) -> None:
+        self._identity = identity
+
+    async def identity(self) -> dict[str, object]:
+        if self._identity is None:
+            raise ExecutorLost("no answer")
+        return self._identity
+
+
+def announced(identity: dict[str, object] | None) -> str | None:
+    """What the consent page reads after the start-up announcement of an executor answering `identity`."""
+    app = built(LENIENT)
+    stub = dataclasses.replace(app.services, executor=AnsweringExecutor(identity), executor_child=None)  # type: ignore[arg-type]  # a stub of RemoteExecutor's identity()
+    asyncio.run(application.announce_executor(stub))
+    return agent_user()
+
+
+def test_the_start_up_announcement_tells_the_consent_page_who_runs_the_tools() -> None:
+    assert announced({"pid": 1, "user": "sandstorm-agent", "uid": 990, "root": "/tmp"}) == "sandstorm-agent"
+
+
+def test_an_executor_that_does_not_answer_leaves_the_consent_page_no_user() -> None:
+    remember_agent_user("someone-earlier")
+    assert announced(None) is None
