@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.utils import timezone
 
 from mcpserver.executor.interface import BackgroundStart
-from mcpserver.instance import INSTANCE_ID
 from mcpserver.models import BackgroundProcess
+from mcpserver.process import INSTANCE_ID
 from oauth.credentials import Principal
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +14,7 @@ from mcpserver.executor.interface import Executor
 from oauth.credentials import Principal
 
 logger = logging.getLogger(__name__)
+PRINCIPAL_KEY = "sandstorm.principal"  # where the auth middleware puts the principal in the ASGI scope
 
 
 @dataclass
@@ -45,22 +46,19 @@ def principal_from_request(request: Any) -> Principal | None:
     scope = getattr(request, "scope", None)
     if not isinstance(scope, dict):
         return None
-    principal = scope.get("sandstorm.principal")
+    principal = scope.get(PRINCIPAL_KEY)
     return principal if isinstance(principal, Principal) else None
 
 
-def actor_for(principal: Principal, context: Context[Any, Any]) -> Actor:
-    """The principal as the audit log records it, with the MCP session and protocol version of this request."""
-    return actor_for_request(principal, context.request_context)
-
-
-def actor_for_request(principal: Principal, request_context: Any) -> Actor:
+def request_session(request_context: Any) -> tuple[str, str]:
+    """The MCP session id and protocol version of the request carrying this message ("" where there is none)."""
     headers = getattr(request_context.request, "headers", None)
     session_id = headers.get("mcp-session-id", "") if headers is not None else ""
-    return principal_actor(principal, session_id, request_context.protocol_version or "")
+    return session_id, request_context.protocol_version or ""
 
 
-def principal_actor(principal: Principal, session_id: str = "", protocol_version: str = "") -> Actor:
+def audit_actor(principal: Principal, session_id: str = "", protocol_version: str = "") -> Actor:
+    """The principal as the audit log records it, with the MCP session and protocol version of its request."""
     return Actor(
         user_id=principal.user_id,
         username=principal.username,
@@ -80,13 +78,13 @@ def principal_actor(principal: Principal, session_id: str = "", protocol_version
 _dispatch_marker: ContextVar[dict[str, bool] | None] = ContextVar("sandstorm_dispatch_marker", default=None)
 
 
-def open_dispatch_marker() -> tuple[dict[str, bool], object]:
+def open_dispatch_marker() -> tuple[dict[str, bool], Token[dict[str, bool] | None]]:
     holder = {"dispatched": False}
     return holder, _dispatch_marker.set(holder)
 
 
-def close_dispatch_marker(token: object) -> None:
-    _dispatch_marker.reset(token)  # type: ignore[arg-type]
+def close_dispatch_marker(token: Token[dict[str, bool] | None]) -> None:
+    _dispatch_marker.reset(token)
 
 
 def mark_dispatched() -> None:

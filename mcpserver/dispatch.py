@@ -19,14 +19,14 @@ from mcp_types import CallToolResult
 
 from audit.models import OUTCOME_CANCELLED, OUTCOME_ERROR, OUTCOME_INTERRUPTED, OUTCOME_OK, OUTCOME_TIMEOUT, AuditRecord
 from audit.recorder import Actor, acall_denied, acall_finished, acall_started
-from mcpserver.call import ToolCall, actor_for, mark_dispatched, principal_from_request
+from mcpserver.call import ToolCall, audit_actor, mark_dispatched, principal_from_request, request_session
 from mcpserver.executor.interface import ToolFailure
 from mcpserver.executor.remote import ExecutorFault, ExecutorLost
 from mcpserver.inflight import IN_FLIGHT
-from mcpserver.instance import INSTANCE_ID
+from mcpserver.process import INSTANCE_ID
 from mcpserver.registry import ToolSpec
 from mcpserver.results import ToolResult, render
-from mcpserver.runtime import Runtime, get_runtime
+from mcpserver.services import Services
 from oauth.credentials import Principal
 from oauth.models import SCOPE_READ
 
@@ -48,25 +48,24 @@ def scope_refusal(spec: ToolSpec, principal: Principal, arguments: Mapping[str, 
     return f"Error: this credential's scope ({SCOPE_READ}) does not allow {refused}"
 
 
-async def dispatch(spec: ToolSpec, context: Context[Any, Any], arguments: dict[str, Any]) -> CallToolResult:
-    runtime = get_runtime()
+async def dispatch(spec: ToolSpec, context: Context[Any, Any], arguments: dict[str, Any], services: Services) -> CallToolResult:
     mark_dispatched()
     principal = principal_from_request(context.request_context.request)
     if principal is None:  # only reachable if the endpoint were mounted without our auth middleware
-        return render(ToolResult.error("Error: this request carries no credential"), runtime.result_cap)
-    actor = actor_for(principal, context)
-    full = await runtime.audit_budget.refusal()
+        return render(ToolResult.error("Error: this request carries no credential"), services.result_cap)
+    actor = audit_actor(principal, *request_session(context.request_context))
+    full = await services.audit_budget.refusal()
     if full is not None:
         # Not recorded call by call (a flood would fill the disk again): counted, and recorded once a minute.
-        return render(ToolResult.error(full), runtime.result_cap)
+        return render(ToolResult.error(full), services.result_cap)
     refusal = scope_refusal(spec, principal, arguments)
     if refusal is not None:
-        return await deny(actor, spec, arguments, runtime, refusal)
-    if not runtime.concurrency.try_acquire(principal.key):
-        limit = runtime.concurrency.limit
+        return await deny(actor, spec, arguments, services, refusal)
+    if not services.concurrency.try_acquire(principal.key):
+        limit = services.concurrency.limit
         reason = f"Error: this credential already has {limit} tool calls running (the limit); wait for one to finish"
-        return await deny(actor, spec, arguments, runtime, reason)
-    call = ToolCall(spec.name, principal, runtime.executor, runtime.result_cap, context)
+        return await deny(actor, spec, arguments, services, reason)
+    call = ToolCall(spec.name, principal, services.executor, services.result_cap, context)
     # A scope of its own, so the call can be cancelled from outside its request (disconnect, revocation).
     cancel_scope = anyio.CancelScope()
     token = IN_FLIGHT.register(principal.key, actor.session_id, str(context.request_id), cancel_scope)
@@ -76,16 +75,30 @@ async def dispatch(spec: ToolSpec, context: Context[Any, Any], arguments: dict[s
             result = await run_audited(spec, call, actor, arguments)
     finally:
         IN_FLIGHT.unregister(token)
-        runtime.concurrency.release(principal.key)
-    return render(result, runtime.result_cap)
+        services.concurrency.release(principal.key)
+    return render(result, services.result_cap)
 
 
-async def deny(actor: Actor, spec: ToolSpec, arguments: dict[str, Any], runtime: Runtime, reason: str) -> CallToolResult:
+async def deny(actor: Actor, spec: ToolSpec, arguments: dict[str, Any], services: Services, reason: str) -> CallToolResult:
+    await record_denied(actor, spec.name, arguments, reason)
+    return render(ToolResult.error(reason), services.result_cap)
+
+
+def call_parts(params: object) -> tuple[str, dict[str, Any]]:
+    """The tool name and arguments of a tools/call's params, as far as they are what they should be."""
+    if not isinstance(params, Mapping):
+        return "", {}
+    arguments = params.get("arguments")
+    return str(params.get("name", "")), arguments if isinstance(arguments, dict) else {}
+
+
+async def record_denied(actor: Actor, tool: str, arguments: dict[str, Any], reason: str) -> None:
+    """Record a tools/call refused before it ran (scope, concurrency, rate limit, or by the SDK: unknown tool, bad
+    arguments). A database failure is logged, not raised: the refusal is answered all the same."""
     try:
-        await acall_denied(actor, spec.name, arguments, reason, INSTANCE_ID)
+        await acall_denied(actor, tool[:64], arguments, reason, INSTANCE_ID)
     except DatabaseError:
-        logger.exception("could not record a denied call of %s", spec.name)
-    return render(ToolResult.error(reason), runtime.result_cap)
+        logger.exception("could not record a denied call of %s", tool[:64])
 
 
 async def run_audited(spec: ToolSpec, call: ToolCall, actor: Actor, arguments: dict[str, Any]) -> ToolResult:

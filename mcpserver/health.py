@@ -11,10 +11,11 @@ from django.views.decorators.http import require_GET
 
 from mcpserver.executor.interface import ToolFailure
 from mcpserver.executor.remote import ExecutorFault, ExecutorLost
-from mcpserver.instance import sandstorm_version, uptime_seconds
+from mcpserver.process import sandstorm_version, uptime_seconds
 from mcpserver.registry import TOOLS
-from mcpserver.runtime import get_runtime
+from mcpserver.services import Services, running_services
 from mcpserver.tools import ALL_TOOL_MODULES  # noqa: F401  (importing registers the tools)
+from oauth.agent_identity import remember_agent_user
 
 logger = logging.getLogger(__name__)
 
@@ -30,17 +31,18 @@ def available_memory_bytes() -> int | None:
     return None
 
 
-async def executor_status() -> dict[str, Any]:
+async def executor_status(services: Services) -> dict[str, Any]:
     """Whether the tool executor answers, and as whom it runs the tools (over a kept connection, as tool calls)."""
-    runtime = get_runtime()
     try:
-        identity = await runtime.executor.identity()
+        identity = await services.executor.identity()
     except (ToolFailure, ExecutorLost, ExecutorFault) as error:
-        logger.error("health: the tool executor does not answer on %s: %s", runtime.executor.socket_path, error)
+        logger.error("health: the tool executor does not answer on %s: %s", services.executor.socket_path, error)
+        remember_agent_user(None)
         return {"ok": False, "error": "the tool executor does not answer; tool calls fail until it is back"}
+    remember_agent_user(identity["user"])
     return {
         "ok": True,
-        "mode": "child" if runtime.executor_child is not None else "service",
+        "mode": "child" if services.executor_child is not None else "service",
         "user": identity["user"],
         "workspace_disk_free_bytes": identity.get("disk_free"),
     }
@@ -51,10 +53,12 @@ async def health(request: HttpRequest) -> JsonResponse:
     """200 when the server can run tools; 503 when the executor does not answer or the audit log is full (calls fail
     until it is back, or until an admin makes room).
 
-    Async: no thread hop, and the executor is asked over the same kept connections tool calls use.
+    Async: no thread hop, and the executor is asked over the same kept connections tool calls use. The services are
+    those of the /mcp application built in this process (mcpserver.application).
     """
-    executor = await executor_status()
-    budget = await get_runtime().audit_budget.state()  # a cached measure: no query on most requests
+    services = running_services()
+    executor = await executor_status(services)
+    budget = await services.audit_budget.state()  # a cached measure: no query on most requests
     audit_full = budget is not None and budget.full
     return JsonResponse(
         {

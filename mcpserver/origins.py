@@ -2,7 +2,7 @@
 
 Allowed: the public URL's host and port, and a loopback host (127.0.0.1, [::1], localhost) on any port; an Origin
 must be such an origin (`scheme://host[:port]`, nothing more), or absent. The SDK's own check compares strings by
-prefix (`http://localhost:*` lets `http://localhost:1@evil.example` through), so it is off (mcpserver/app.py) and
+prefix (`http://localhost:*` lets `http://localhost:1@evil.example` through), so it is off (mcpserver/application.py) and
 this one, in front of everything else, is the only one. Both headers are parsed by oauth/authority.py.
 """
 
@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mcpserver.asgi import send_json
+from mcpserver.authentication import send_json
 from oauth.authority import Authority, parse_authority
 
 

@@ -29,9 +29,9 @@ from audit.recorder import aevent
 from mcpserver.executor.interface import Executor, ToolFailure
 from mcpserver.executor.remote import ExecutorFault, ExecutorLost
 from mcpserver.inflight import InFlightCalls
-from mcpserver.instance import INSTANCE_ID
 from mcpserver.models import BackgroundProcess
-from mcpserver.runtime import get_runtime
+from mcpserver.process import INSTANCE_ID
+from mcpserver.services import build_executor, registered
 from oauth.models import Revocation
 
 logger = logging.getLogger(__name__)
@@ -173,10 +173,20 @@ _watcher: RevocationWatcher | None = None
 def on_credentials_revoked(sender: Any, revocation: Revocation, **kwargs: Any) -> None:
     """Receiver of oauth's `credentials_revoked`: wake this server's watcher, or, in a process without one (a
     management command), stop the background processes right here, through the executor this process is configured
-    for: production's service (`sandstorm-manage` sets its socket), or in development an executor child of its own,
-    running as the same user as the server's. The server processes' watchers see the same revocation within
+    for: the one of the application built in this process if there is one, else one built from the settings for this
+    revocation (production's service, `sandstorm-manage` sets its socket; in development an executor child of its
+    own, running as the same user as the server's). The server processes' watchers see the same revocation within
     POLL_SECONDS; whichever process claims a background process first stops it."""
     if _watcher is not None:
         _watcher.wake_threadsafe()
     elif revocation.stop_background:
-        asyncio.run(stop_background_processes([revocation], lambda: get_runtime().executor))
+        services = registered()
+        if services is not None:
+            asyncio.run(stop_background_processes([revocation], lambda: services.executor))
+            return
+        executor, child = build_executor()
+        try:
+            asyncio.run(stop_background_processes([revocation], lambda: executor))
+        finally:
+            if child is not None:
+                child.stop()

@@ -23,25 +23,26 @@ from django.urls import path, re_path  # noqa: E402
 
 django_application = get_asgi_application()  # sets Django up before anything imports models
 
-from mcpserver.app import build_mcp_application  # noqa: E402
-from mcpserver.runner import LifespanApp, install_reactor_hooks  # noqa: E402
+from mcpserver.application import build_mcp_application  # noqa: E402
+from mcpserver.lifespan import LifespanApp, install_reactor_hooks  # noqa: E402
 from sandstorm_site import daphne_tweaks  # noqa: E402
 from sandstorm_site.accesslog import AccessLogMiddleware  # noqa: E402
 
 daphne_tweaks.apply()
-mcp_application, session_runner = build_mcp_application()
-install_reactor_hooks(session_runner)
+mcp_application = build_mcp_application()
+install_reactor_hooks(mcp_application.runner)
 
 application = ProtocolTypeRouter(
     {
         "http": AccessLogMiddleware(
             URLRouter(
+                # channels' URLRouter routes to ASGI applications; django-stubs types path() for Django views only.
                 [
-                    path("mcp", mcp_application),
-                    re_path(r"", ASGIStaticFilesHandler(django_application)),
+                    path("mcp", mcp_application.asgi),  # type: ignore[arg-type]  # an ASGI app, see above
+                    re_path(r"", ASGIStaticFilesHandler(django_application)),  # type: ignore[arg-type]  # likewise
                 ]
             )
         ),
-        "lifespan": LifespanApp(session_runner),
+        "lifespan": LifespanApp(mcp_application.runner),
     }
 )

@@ -19,7 +19,7 @@ from audit.anchor import anchor_line, append_anchor, read_anchors
 from audit.append import append_all
 from audit.models import KIND_EVENT, AuditRecord, ChainCheckpoint, ChainHead
 from audit.recorder import event
-from mcpserver.lifecycle import log_chain_head
+from mcpserver.lifespan import log_chain_head
 from tests.live import LiveServer
 
 

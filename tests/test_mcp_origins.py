@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from starlette.types import Message, Receive, Scope, Send
 
-from mcpserver.app import transport_security
+from mcpserver.application import transport_security
 from mcpserver.origins import HostOriginCheck
 
 PUBLIC = "https://mcp.example.com"

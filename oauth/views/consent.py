@@ -26,7 +26,7 @@ from oauth2_provider.views.mixins import OAuthLibMixin
 from oauthlib.oauth2.rfc6749 import errors
 
 from audit.recorder import event, request_actor
-from mcpserver.runtime import executor_identity
+from oauth.agent_identity import agent_user
 from oauth.credentials import application_label
 from oauth.models import SCOPE_ALL, SCOPE_READ, ClientRegistration
 from oauth.policy import resource_target_error
@@ -38,8 +38,7 @@ CSP = "default-src 'none'; style-src 'self'; img-src 'self'; frame-ancestors 'no
 
 def agent_os_user() -> str:
     """The OS user the tools run as, as the executor reports it (in production not the server's own user)."""
-    identity = executor_identity()
-    return str(identity["user"]) if identity else "the agent user (the tool executor is not answering right now)"
+    return agent_user() or "the agent user (the tool executor is not answering right now)"
 
 
 def scope_descriptions(scopes: list[str]) -> list[str]:

@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from mcpserver.executor.interface import ToolFailure
 from mcpserver.executor.remote import ExecutorFault, ExecutorLost
-from mcpserver.runtime import get_runtime
+from mcpserver.services import build_executor
 
 
 class Command(BaseCommand):
@@ -31,8 +31,12 @@ class Command(BaseCommand):
         max_bytes = options["max_bytes"]
         if max_bytes is not None and max_bytes < 0:
             raise CommandError("--max-bytes must be 0 or more")
+        executor, child = build_executor()
         try:
-            summary = asyncio.run(get_runtime().executor.prune_output(max_bytes))
+            summary = asyncio.run(executor.prune_output(max_bytes))
         except (ToolFailure, ExecutorLost, ExecutorFault) as error:
             raise CommandError(str(error)) from error
+        finally:
+            if child is not None:
+                child.stop()
         self.stdout.write(summary)

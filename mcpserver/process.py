@@ -1,4 +1,4 @@
-"""Identity of this server process: an instance id (for records of calls it started) and its start time."""
+"""This server process: its instance id (in the records of the calls it started), start time and version."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def uptime_seconds() -> float:
     return time.monotonic() - STARTED_MONOTONIC
 
 
-@cache  # reading package metadata costs ~2 ms; it cannot change while the process runs
+@cache  # read from the package metadata once: it cannot change while the process runs
 def sandstorm_version() -> str:
     try:
         return version("sandstorm-mcp")

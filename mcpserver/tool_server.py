@@ -7,17 +7,20 @@ import logging
 import typing
 from typing import Any
 
-from django.db import DatabaseError
-
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, ToolAnnotations
 
-from audit.recorder import acall_denied
-from mcpserver.call import actor_for_request, close_dispatch_marker, open_dispatch_marker, principal_from_request
-from mcpserver.instance import INSTANCE_ID
-from mcpserver.dispatch import dispatch
+from mcpserver.call import (
+    audit_actor,
+    close_dispatch_marker,
+    open_dispatch_marker,
+    principal_from_request,
+    request_session,
+)
+from mcpserver.dispatch import call_parts, dispatch, record_denied
 from mcpserver.registry import TOOLS, ToolSpec
+from mcpserver.services import Services
 from mcpserver.tools import ALL_TOOL_MODULES  # noqa: F401  (importing registers the tools)
 
 logger = logging.getLogger(__name__)
@@ -28,17 +31,17 @@ INSTRUCTIONS = (
 )
 
 
-def _dispatching_wrapper(spec: ToolSpec) -> Any:
+def _dispatching_wrapper(spec: ToolSpec, services: Services) -> Any:
     """A function with the tool's MCP signature (its own parameters minus the ToolCall, plus the SDK's Context)."""
     hints = typing.get_type_hints(spec.fn, include_extras=True)
     params = list(inspect.signature(spec.fn).parameters.values())[1:]
 
     async def call_tool(ctx: Context[Any, Any], **arguments: Any) -> CallToolResult:
-        return await dispatch(spec, ctx, arguments)
+        return await dispatch(spec, ctx, arguments, services)
 
     parameters = [p.replace(annotation=hints[p.name]) for p in params]
     parameters.append(inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context))
-    call_tool.__signature__ = inspect.Signature(parameters, return_annotation=CallToolResult)  # type: ignore[attr-defined]
+    call_tool.__signature__ = inspect.Signature(parameters, return_annotation=CallToolResult)  # type: ignore[attr-defined]  # read by inspect.signature; not declared on functions
     call_tool.__annotations__ = {**{p.name: p.annotation for p in parameters}, "return": CallToolResult}
     call_tool.__name__ = spec.name
     call_tool.__doc__ = spec.fn.__doc__
@@ -67,15 +70,10 @@ async def audit_refused_calls(ctx: ServerRequestContext[Any, Any], call_next: Ca
     if holder["dispatched"] or not isinstance(result, dict) or not result.get("isError"):
         return result
     principal = principal_from_request(ctx.request)
-    params = ctx.params or {}
     if principal is not None:
         reason = "".join(block.get("text", "") for block in result.get("content", []) if isinstance(block, dict))
-        arguments = params.get("arguments") if isinstance(params.get("arguments"), dict) else {}
-        actor = actor_for_request(principal, ctx)
-        try:
-            await acall_denied(actor, str(params.get("name", ""))[:64], arguments, reason, INSTANCE_ID)
-        except DatabaseError:
-            logger.exception("could not record a refused call")
+        tool, arguments = call_parts(ctx.params)
+        await record_denied(audit_actor(principal, *request_session(ctx)), tool, arguments, reason)
     return result
 
 
@@ -91,7 +89,7 @@ async def hide_tools_outside_scope(ctx: ServerRequestContext[Any, Any], call_nex
     return {**result, "tools": visible}
 
 
-def build_server(version: str) -> MCPServer:
+def build_server(version: str, services: Services) -> MCPServer:
     server: MCPServer = MCPServer(
         SERVER_NAME,
         title="Sandstorm",
@@ -101,7 +99,7 @@ def build_server(version: str) -> MCPServer:
     )
     for spec in TOOLS.values():
         server.add_tool(
-            _dispatching_wrapper(spec),
+            _dispatching_wrapper(spec, services),
             name=spec.name,
             title=spec.title,
             description=inspect.cleandoc(spec.fn.__doc__ or ""),

@@ -1,0 +1,113 @@
+"""The ASGI application factory for /mcp: builds, from the settings of the moment, the services one server process
+shares (mcpserver.services), the MCPServer with the tools, the session manager's runner, and the middleware in front.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from dataclasses import dataclass
+
+from django.conf import settings
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.types import ASGIApp
+
+from audit.failures import FailureAggregator
+from audit.recorder import WRITER as AUDIT_WRITER
+from mcpserver.authentication import BearerAuthMiddleware
+from mcpserver.bodies import JsonBodyGate
+from mcpserver.endpoint import McpEndpoint
+from mcpserver.executor.interface import ToolFailure
+from mcpserver.executor.remote import ExecutorFault, ExecutorLost
+from mcpserver.inflight import IN_FLIGHT
+from mcpserver.lifespan import Housekeeping, SessionManagerRunner
+from mcpserver.origins import HostOriginCheck
+from mcpserver.process import sandstorm_version
+from mcpserver.revocations import RevocationWatcher
+from mcpserver.services import Services, build_services, register
+from mcpserver.tool_server import build_server
+from mcpserver.transport import install as install_transport
+from oauth.agent_identity import remember_agent_user
+from oauth.credentials import authenticate
+
+logger = logging.getLogger(__name__)
+
+
+def transport_security() -> TransportSecuritySettings:
+    """The SDK's Host and Origin checks off: they compare by prefix. mcpserver.origins.HostOriginCheck, in front
+    of everything at /mcp, compares parsed authorities exactly. (The SDK still checks a POST's Content-Type.)"""
+    return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+
+
+def resource_metadata_url() -> str:
+    return f"{settings.PUBLIC_URL}/.well-known/oauth-protected-resource/mcp"
+
+
+async def announce_executor(services: Services) -> None:
+    """Start the development child (if that is the mode), log who runs the tools and tell the consent page
+    (oauth.agent_identity); never fatal."""
+    try:
+        identity = await services.executor.identity()
+    except (ToolFailure, ExecutorLost, ExecutorFault) as error:
+        logger.error("the tool executor does not answer on %s: %s", services.executor.socket_path, error)
+        remember_agent_user(None)
+        return
+    remember_agent_user(identity["user"])
+    logger.info(
+        "tools run in the executor (pid %s) as OS user %s (uid %s), workspace %s",
+        identity["pid"], identity["user"], identity["uid"], identity["root"],
+    )  # fmt: skip
+    if services.executor_child is not None:
+        logger.warning(
+            "development mode: tools run as OS user %s, the server's own user, so an agent can read the server's "
+            "database and keys (see README, Security model); production runs them as the agent user",
+            identity["user"],
+        )
+    if identity["root"] != os.path.realpath(services.executor.root):
+        logger.warning("the executor's workspace %s is not SANDSTORM_WORKSPACE_ROOT %s", identity["root"], services.executor.root)
+
+
+@dataclass(frozen=True)
+class McpApplication:
+    asgi: ASGIApp  # what serves /mcp
+    runner: SessionManagerRunner  # to start and stop with the server (mcpserver.lifespan)
+    services: Services
+
+
+def build_mcp_application() -> McpApplication:
+    """Build /mcp from the current settings, and register its services for /health and the revocation receiver."""
+    install_transport()  # JSON answers where no stream is needed (mcpserver.transport)
+    services = build_services()
+    server = build_server(sandstorm_version(), services)
+    server.streamable_http_app(
+        streamable_http_path="/mcp",
+        transport_security=transport_security(),
+        max_request_body_size=settings.MAX_REQUEST_BYTES,
+    )
+    failures = FailureAggregator()
+    housekeeping = Housekeeping(failures, services.audit_budget)
+    watcher = RevocationWatcher(IN_FLIGHT, services.executor)
+
+    async def start() -> None:
+        await housekeeping.start()
+        await announce_executor(services)
+        await watcher.start()
+
+    async def stop() -> None:
+        await watcher.stop()
+        await asyncio.to_thread(AUDIT_WRITER.close)  # every session has ended: write what is queued
+        await housekeeping.stop()
+        if services.executor_child is not None:
+            await asyncio.to_thread(services.executor_child.stop)
+
+    runner = SessionManagerRunner(server.session_manager, on_start=start, on_stop=stop)
+    app = BearerAuthMiddleware(
+        JsonBodyGate(McpEndpoint(runner, services.sessions), max_body_bytes=settings.MAX_REQUEST_BYTES),
+        authenticate=authenticate,
+        rate_limiter=services.rate_limiter,
+        resource_metadata_url=resource_metadata_url(),
+        failures=failures,
+    )
+    register(services)
+    return McpApplication(HostOriginCheck(app, public_url=settings.PUBLIC_URL), runner, services)

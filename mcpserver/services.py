@@ -1,0 +1,87 @@
+"""The objects one server process shares across requests, built from settings when its application is built.
+
+The ASGI application factory (mcpserver.application) builds them once and passes them to what needs them; it also
+registers them here, for what runs outside the /mcp application and has nothing to be passed in by (the /health
+view, the revocation receiver). Building another application, after `override_settings` say, builds new ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from audit.budget import AuditBudget
+from mcpserver.executor.child import ExecutorChild
+from mcpserver.executor.remote import RemoteExecutor
+from mcpserver.limits import ConcurrencyLimiter, RateLimiter
+from mcpserver.sessions import SessionLedger
+
+
+@dataclass
+class Services:
+    executor: RemoteExecutor
+    # The executor this process started itself (development), or None when it is a separate service (production).
+    executor_child: ExecutorChild | None
+    rate_limiter: RateLimiter
+    concurrency: ConcurrencyLimiter
+    result_cap: int
+    audit_budget: AuditBudget
+    sessions: SessionLedger
+
+
+def build_executor() -> tuple[RemoteExecutor, ExecutorChild | None]:
+    """The client to the executor the settings name: production's service, or in development a child of our own
+    (started on first use; the caller stops it)."""
+    root = str(settings.WORKSPACE_ROOT)
+    if settings.EXECUTOR_SOCKET:
+        return RemoteExecutor(settings.EXECUTOR_SOCKET, root), None
+    limits = (
+        "--max-processes", str(settings.TOOL_MAX_PROCESSES),
+        "--max-memory", str(settings.TOOL_MAX_MEMORY),
+        "--output-max-bytes", str(settings.OUTPUT_MAX_BYTES),
+    )  # fmt: skip
+    child = ExecutorChild(root, settings.TOOL_ENV_ALLOW, limits)
+    return child.remote(), child
+
+
+def build_services() -> Services:
+    executor, child = build_executor()
+    return Services(
+        executor=executor,
+        executor_child=child,
+        rate_limiter=RateLimiter(settings.RATE_LIMIT_PER_MINUTE),
+        concurrency=ConcurrencyLimiter(settings.MAX_CONCURRENT_CALLS),
+        result_cap=settings.RESULT_CAP_BYTES,
+        audit_budget=AuditBudget(settings.AUDIT_MAX_BYTES),
+        sessions=SessionLedger(
+            per_credential=settings.MAX_SESSIONS_PER_CREDENTIAL,
+            per_user=settings.MAX_SESSIONS_PER_USER,
+            unused_timeout=settings.SESSION_UNUSED_TIMEOUT,
+        ),
+    )
+
+
+_registered: Services | None = None
+
+
+def register(services: Services) -> None:
+    """Make these the services of the application this process serves (the last one built)."""
+    global _registered
+    _registered = services
+
+
+def registered() -> Services | None:
+    """The services of the application built in this process, or None if none was (a management command)."""
+    return _registered
+
+
+def running_services() -> Services:
+    """The services of the application built in this process; for code that only runs beside it."""
+    if _registered is None:
+        raise ImproperlyConfigured(
+            "no MCP application was built in this process: serve the site through sandstorm_site.asgi (Daphne), "
+            "whose mcpserver.application.build_mcp_application builds the executor client, limits and audit budget"
+        )
+    return _registered
