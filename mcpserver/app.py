@@ -14,19 +14,20 @@ from audit.failures import FailureAggregator
 from audit.recorder import WRITER as AUDIT_WRITER
 from mcpserver.asgi import BearerAuthMiddleware, McpEndpoint
 from mcpserver.bodies import JsonBodyGate
+from mcpserver.executor.interface import ToolFailure
+from mcpserver.executor.remote import ExecutorFault, ExecutorLost
 from mcpserver.inflight import IN_FLIGHT
 from mcpserver.instance import sandstorm_version
 from mcpserver.lifecycle import ServerLifecycle
 from mcpserver.origins import HostOriginCheck
 from mcpserver.revocations import RevocationWatcher
 from mcpserver.runner import SessionManagerRunner
-from mcpserver.executor.interface import ToolFailure
-from mcpserver.executor.remote import ExecutorFault, ExecutorLost
 from mcpserver.runtime import Runtime, get_runtime
 from mcpserver.server import build_server
 from mcpserver.sessions import SessionLedger
 from mcpserver.transport import install as install_transport
-from oauth.credentials import authenticate
+from oauth.agent_identity import remember_agent_user
+from oauth.credentials import build_authenticator
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +53,7 @@ async def announce_executor(runtime: Runtime) -> None:
         "tools run in the executor (pid %s) as OS user %s (uid %s), workspace %s",
         identity["pid"], identity["user"], identity["uid"], identity["root"],
     )  # fmt: skip
+    remember_agent_user(identity["user"])  # for the consent page (oauth.agent_identity)
     if runtime.executor_child is not None:
         logger.warning(
             "development mode: tools run as OS user %s, the server's own user, so an agent can read the server's "
@@ -98,7 +100,7 @@ def build_mcp_application() -> tuple[ASGIApp, SessionManagerRunner]:
     runner = SessionManagerRunner(server.session_manager, on_start=start, on_stop=stop)
     app = BearerAuthMiddleware(
         JsonBodyGate(McpEndpoint(runner, session_ledger()), max_body_bytes=settings.MAX_REQUEST_BYTES),
-        authenticate=authenticate,
+        authenticate=build_authenticator(),
         rate_limiter=runtime.rate_limiter,
         resource_metadata_url=resource_metadata_url(),
         failures=failures,
