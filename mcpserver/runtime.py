@@ -5,14 +5,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
 
 from django.conf import settings
 
 from audit.budget import AuditBudget
 from mcpserver.executor.child import ExecutorChild
-from mcpserver.executor.remote import RemoteExecutor, ping
-from mcpserver.executor.wire import FrameError
+from mcpserver.executor.remote import RemoteExecutor
 from mcpserver.limits import ConcurrencyLimiter, RateLimiter
 
 logger = logging.getLogger(__name__)
@@ -54,17 +52,3 @@ def get_runtime() -> Runtime:
         audit_budget=AuditBudget(settings.AUDIT_MAX_BYTES),
     )
 
-
-def executor_identity() -> dict[str, Any] | None:
-    """Who runs the tools, asked of the executor itself; None if it does not answer. Blocking (for sync views).
-
-    In development a child that died is started again here, as before a tool call.
-    """
-    runtime = get_runtime()
-    try:
-        if runtime.executor_child is not None:
-            runtime.executor_child.start()
-        return ping(runtime.executor)
-    except (OSError, FrameError, RuntimeError) as error:
-        logger.error("the tool executor does not answer on %s: %s", runtime.executor.socket_path, error)
-        return None
