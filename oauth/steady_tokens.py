@@ -1,10 +1,10 @@
 """Bearer tokens in steady use, checked on the event loop's own thread (SQLite only).
 
 Every request to /mcp looks its credential up. The authoritative lookup (oauth.credentials) runs on a thread of its
-own, since a database query must not hold up the event loop and a token's first use is written; for a query that
-takes a fraction of a millisecond, the trip to that thread and back costs more than the query. On SQLite a read
-never waits for a writer (WAL), so a bearer token that needs no write (valid, and last used less than
-LAST_USED_PRECISION ago) is checked here instead, through a read-only connection of its own, by the query
+own, since a database query must not hold up the event loop and a token's first use is written; for a query by an
+index that SQLite answers from its page cache, the trip to that thread and back costs more than the query. On
+SQLite a read never waits for a writer (WAL), so a bearer token that needs no write (valid, and last used less
+than LAST_USED_PRECISION ago) is checked here instead, through a read-only connection of its own, by the query
 oauth.bearer_lookup compiles from BearerToken.objects.valid(), the same definition the authoritative lookup runs.
 Everything else goes to the authoritative lookup, which decides (and records) as always: an unknown, revoked or
 expired token, a first use or an outdated last use, an OAuth token, a lock that is busy, any database error. So
