@@ -12,6 +12,7 @@ from asgiref.sync import async_to_sync
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.utils import timezone
+from oauth2_provider.models import AccessToken, Application, set_token_value
 
 from oauth.credentials import Principal, build_authenticator
 from oauth.models import BearerToken, hash_token
@@ -103,4 +104,19 @@ def test_revoke_token_by_name(admin_user: Any, authenticate: Authenticate) -> No
     out = StringIO()
     call_command("revoke_token", "ci", stdout=out)
     assert "Revoked 1 token" in out.getvalue()
+    assert authenticate(raw) is None
+
+
+def test_an_oauth_token_is_held_to_the_resource_of_the_settings_in_force(admin_user: Any, authenticate: Authenticate, settings: Any) -> None:
+    application = Application.objects.create(
+        name="Claude", client_type="public", authorization_grant_type="authorization-code", redirect_uris="https://claude.ai/cb"
+    )
+    token = AccessToken(application=application, user=admin_user, scope="mcp", resource=[settings.MCP_RESOURCE_URL],
+                        expires=timezone.now() + timedelta(hours=1))  # fmt: skip
+    raw = "oauth-access-token-for-the-test-0123456789"
+    set_token_value(token, raw)
+    token.save()
+    principal = authenticate(raw)
+    assert principal is not None and principal.credential_kind == "oauth" and principal.application_id == application.pk
+    settings.MCP_RESOURCE_URL = "https://elsewhere.example/mcp"  # the same authenticator, other settings
     assert authenticate(raw) is None
