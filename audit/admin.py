@@ -11,8 +11,8 @@ import json
 from typing import Any
 
 from django.contrib import admin
-from django.contrib.admin.utils import unquote
 from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import PAGE_VAR, ChangeList
 from django.contrib.auth import get_permission_codename
 from django.core.paginator import Page, Paginator
@@ -24,9 +24,17 @@ from django.utils.functional import cached_property
 from django.utils.http import urlencode
 from django.utils.text import Truncator
 
+from audit.credential_links import credential_link
 from audit.export import (
-    FILTERS, OUTCOME_RUNNING, InvalidFilter, call_queryset, filter_by, finished_of, redacted_in, search_calls,
-)  # fmt: skip
+    FILTERS,
+    OUTCOME_RUNNING,
+    InvalidFilter,
+    call_queryset,
+    filter_by,
+    finished_of,
+    redacted_in,
+    search_calls,
+)
 from audit.models import KIND_EVENT, KIND_STARTED, OUTCOMES, AuditRecord, SecurityEvent
 
 # Filter choices come from this many newest records: a DISTINCT over the whole table would read all of it.
@@ -65,7 +73,7 @@ class NoCountPaginator(Paginator):
     def page(self, number: Any) -> Page:
         number = self.validate_number(number)
         if number == self.page_number:
-            return self._get_page(self.rows[: self.per_page], number, self)
+            return Page(self.rows[: self.per_page], number, self)
         return super().page(number)
 
 
@@ -194,7 +202,7 @@ class DateFilter(admin.DateFieldListFilter):
     def queryset(self, request: HttpRequest, queryset: QuerySet[AuditRecord]) -> QuerySet[AuditRecord]:
         try:
             for name, values in self.used_parameters.items():
-                queryset = filter_by(queryset, name, values[-1] if isinstance(values, list) else values)
+                queryset = filter_by(queryset, name, str(values[-1] if isinstance(values, list) else values))
         except InvalidFilter as error:
             raise IncorrectLookupParameters(error) from error
         return queryset
@@ -237,13 +245,13 @@ def argument_summary(arguments: Any) -> str:
     return Truncator(" ".join(str(text).split())).chars(SUMMARY_CHARS)
 
 
-class ReadOnlyAuditAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ReadOnlyAuditAdmin(admin.ModelAdmin):
     """No add, change or delete for anyone; viewing for active staff with the model's view permission."""
 
     actions = None
     list_per_page = 100
     list_max_show_all = 0  # "show all" would load every record
-    sortable_by: tuple[str, ...] = ()  # only the primary key order is indexed for every filter
+    sortable_by = ()  # only the primary key order is indexed for every filter
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER  # facet counts are a COUNT per choice
     change_list_template = CHANGELIST_TEMPLATE
@@ -338,8 +346,8 @@ def call_detail(record: AuditRecord) -> dict[str, Any]:
         context["credential_calls_url"] = f"{changelist}?{urlencode({'credential': credential})}"
     if record.session_id:
         context["session_calls_url"] = f"{changelist}?{urlencode({'session': record.session_id})}"
-    if record.credential_kind == "bearer" and record.credential_id.isdigit():
-        context["revoke_url"] = reverse("admin:oauth_bearertoken_change", args=[record.credential_id])
+    if record.credential_kind:
+        context["revoke_url"] = credential_link(record.credential_kind, record.credential_id) or ""
     return context
 
 

@@ -29,7 +29,7 @@ from mcpserver.services import Services, build_services, register
 from mcpserver.tool_server import build_server
 from mcpserver.transport import install as install_transport
 from oauth.agent_identity import remember_agent_user
-from oauth.credentials import authenticate
+from oauth.credentials import build_authenticator
 
 logger = logging.getLogger(__name__)
 
@@ -102,9 +102,10 @@ def build_mcp_application() -> McpApplication:
             await asyncio.to_thread(services.executor_child.stop)
 
     runner = SessionManagerRunner(server.session_manager, on_start=start, on_stop=stop)
+    authenticator = build_authenticator()
     app = BearerAuthMiddleware(
         JsonBodyGate(McpEndpoint(runner, services.sessions), max_body_bytes=settings.MAX_REQUEST_BYTES),
-        authenticate=authenticate,
+        authenticate=authenticator,
         rate_limiter=services.rate_limiter,
         resource_metadata_url=resource_metadata_url(),
         failures=failures,

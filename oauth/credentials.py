@@ -10,7 +10,6 @@ token for our resource without an MCP scope raises InsufficientScope (403 at the
 from __future__ import annotations
 
 import asyncio
-import functools
 import hashlib
 import hmac
 from concurrent.futures import ThreadPoolExecutor
@@ -18,27 +17,21 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Model, QuerySet
 from django.utils import timezone
 from oauth2_provider.models import AccessToken
 
 from audit.recorder import Actor, event
-from oauth.inline import SteadyToken, SteadyTokens
+from oauth.bearer_lookup import CompiledLookup, compile_valid_bearer
 from oauth.models import LAST_USED_PRECISION, SCOPE_ALL, SCOPE_READ, BearerToken, hash_token
+from oauth.steady_tokens import SteadyToken, SteadyTokens
 
 MCP_SCOPES = frozenset({SCOPE_ALL, SCOPE_READ})
 KIND_BEARER = "bearer"
 KIND_OAUTH = "oauth"
 MAX_TOKEN_LENGTH = 512
 T = TypeVar("T", bound=Model)
-# Every /mcp request looks its credential up. Two threads of their own, each keeping its connection warm, answer in
-# half the time asgiref's sync_to_async took (its per-call set-up, and the default pool's threads taking turns);
-# two, so a lookup that must record a first use does not hold up the others.
-_LOOKUPS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="credential-lookup")
-# On SQLite, a bearer token in steady use is checked without that trip (oauth.inline).
-_STEADY = SteadyTokens() if connection.vendor == "sqlite" else None
 
 
 class InsufficientScope(Exception):
@@ -86,48 +79,30 @@ class Principal:
 
 
 def _one(queryset: QuerySet[T]) -> T | None:
-    """The row of a lookup by a unique column. Not .first(): ordering a single row costs a third of the lookup."""
+    """The row of a lookup by a unique column. Not .first(): it orders by the primary key, needless for one row."""
     for row in queryset.order_by()[:1]:
         return row
     return None
 
 
-@functools.cache
-def _bearer_sql() -> str:
-    """The token with its user's name and active flag, by hash: written once, where building the same query through
-    the ORM (select_related) on every request cost four times as much CPU as running it."""
-    user_model = get_user_model()
-    quote = connection.ops.quote_name
-    columns = ", ".join(f"t.{quote(field.column)}" for field in BearerToken._meta.concrete_fields)
-    username = quote(user_model._meta.get_field(user_model.USERNAME_FIELD).column)
-    has_active = any(field.name == "is_active" for field in user_model._meta.concrete_fields)
-    active = f"u.{quote('is_active')}" if has_active else "1"  # AbstractBaseUser: always active
-    user_id = quote(BearerToken._meta.get_field("user").column)
-    return (
-        f"SELECT {columns}, u.{username} AS user_username, {active} AS user_is_active "
-        f"FROM {quote(BearerToken._meta.db_table)} t INNER JOIN {quote(user_model._meta.db_table)} u "
-        f"ON u.{quote(user_model._meta.pk.column)} = t.{user_id} WHERE t.{quote('token_hash')} = %s"
-    )
-
-
-def _lookup_bearer(raw: str, client_address: str = "") -> BearerToken | None:
-    """The active token for `raw` of an active user, with `user_username` and `user_is_active` set on it."""
+def _lookup_bearer(lookup: CompiledLookup, alias: str, raw: str, client_address: str) -> SteadyToken | None:
+    """The valid token for `raw` (BearerToken.objects.valid), as (id, name, scope, user id, username); records its
+    use (the first, or one after LAST_USED_PRECISION)."""
     digest = hash_token(raw)
-    token = next(iter(BearerToken.objects.raw(_bearer_sql(), [digest])), None)
+    now = timezone.now()
+    token = next(iter(BearerToken.objects.db_manager(alias).raw(lookup.sql, lookup.params(digest, now))), None)
     # The lookup is by an index on the hash; compare again in constant time so no timing depends on the secret.
     if token is None or not hmac.compare_digest(token.token_hash, digest):
         return None
-    if not token.is_active or not token.user_is_active:
-        return None
-    now = timezone.now()
+    tokens = BearerToken.objects.using(alias).filter(pk=token.pk)
     if token.last_used_at is None:
         # Only one request wins the first use, however many arrive at once.
-        if BearerToken.objects.filter(pk=token.pk, last_used_at__isnull=True).update(last_used_at=now):
+        if tokens.filter(last_used_at__isnull=True).update(last_used_at=now):
             event("token.first_used", Actor(client_address=client_address), token_id=token.pk, name=token.name, prefix=token.prefix)
     elif now - token.last_used_at > LAST_USED_PRECISION:
-        BearerToken.objects.filter(pk=token.pk).update(last_used_at=now)
-    token.last_used_at = now
-    return token
+        tokens.update(last_used_at=now)
+    username = vars(token)["user_username"]  # the query's annotation
+    return token.pk, token.name, token.scope, token.user_id, username
 
 
 def _lookup_oauth(raw: str) -> AccessToken | None:
@@ -168,11 +143,7 @@ def _bearer_principal(token: SteadyToken, client_address: str, user_agent: str) 
     )
 
 
-def _principal_for(raw: str, client_address: str, user_agent: str) -> Principal | None:
-    bearer = _lookup_bearer(raw, client_address)
-    if bearer is not None:
-        token = (bearer.pk, bearer.name, bearer.scope, bearer.user_id, bearer.user_username)
-        return _bearer_principal(token, client_address, user_agent)
+def _oauth_principal(raw: str, client_address: str, user_agent: str) -> Principal | None:
     token = _lookup_oauth(raw)
     if token is None:
         return None
@@ -194,15 +165,53 @@ def _principal_for(raw: str, client_address: str, user_agent: str) -> Principal 
     )
 
 
-async def authenticate(raw: str, *, client_address: str = "", user_agent: str = "") -> Principal | None:
-    """The principal for a bearer or OAuth access token, or None if it is unknown, revoked, expired or not for us.
+class Authenticator:
+    """The principal for the token presented at /mcp; built at start-up by `build_authenticator`."""
 
-    Raises InsufficientScope for an OAuth token that is valid for our resource but carries no MCP scope.
-    """
-    if not raw or len(raw) > MAX_TOKEN_LENGTH:
-        return None
-    steady = _STEADY.find(raw) if _STEADY is not None else None
-    if steady is not None and (principal := _bearer_principal(steady, client_address, user_agent)) is not None:
-        return principal
-    return await asyncio.get_running_loop().run_in_executor(_LOOKUPS, _principal_for, raw, client_address, user_agent)
+    def __init__(self, alias: str, steady: SteadyTokens | None) -> None:
+        self._alias = alias
+        self._valid_bearer = compile_valid_bearer(connections[alias])
+        self._steady = steady
+        # Lookups run on two threads of their own, each keeping its database connection open, rather than through
+        # asgiref's sync_to_async (a set-up per call, and threads of a shared pool taking turns); two, so a lookup
+        # that must record a first use does not hold up the others.
+        self._lookups = ThreadPoolExecutor(max_workers=2, thread_name_prefix="credential-lookup")
 
+    @property
+    def checks_steady_tokens(self) -> bool:
+        """Whether bearer tokens in steady use are checked on the caller's thread (oauth.steady_tokens)."""
+        return self._steady is not None
+
+    async def __call__(self, raw: str, *, client_address: str = "", user_agent: str = "") -> Principal | None:
+        """The principal for a bearer or OAuth access token, or None if it is unknown, revoked, expired or not
+        for us.
+
+        Raises InsufficientScope for an OAuth token that is valid for our resource but carries no MCP scope.
+        """
+        if not raw or len(raw) > MAX_TOKEN_LENGTH:
+            return None
+        steady = self._steady.find(raw) if self._steady is not None else None
+        if steady is not None and (principal := _bearer_principal(steady, client_address, user_agent)) is not None:
+            return principal
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._lookups, self.principal_for, raw, client_address, user_agent)
+
+    def principal_for(self, raw: str, client_address: str, user_agent: str) -> Principal | None:
+        """The authoritative lookup (blocking): what `__call__` answers when the shortcut does not."""
+        bearer = _lookup_bearer(self._valid_bearer, self._alias, raw, client_address)
+        if bearer is not None:
+            return _bearer_principal(bearer, client_address, user_agent)
+        return _oauth_principal(raw, client_address, user_agent)
+
+    def close(self) -> None:
+        self._lookups.shutdown(wait=True)
+        if self._steady is not None:
+            self._steady.close()
+
+
+def build_authenticator(alias: str = DEFAULT_DB_ALIAS, *, steady: bool | None = None) -> Authenticator:
+    """The authenticator for the database `alias`. `steady`: check bearer tokens in steady use on the caller's
+    thread (oauth.steady_tokens); None: on SQLite, where a read never waits for a writer, and nowhere else."""
+    if steady is None:
+        steady = connections[alias].vendor == "sqlite"
+    return Authenticator(alias, SteadyTokens(alias) if steady else None)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import models
 from django.utils import timezone
 from oauth2_provider.settings import oauth2_settings
@@ -29,9 +30,22 @@ def new_token_secret() -> str:
 
 
 class BearerTokenQuerySet(models.QuerySet["BearerToken"]):
-    def active(self) -> BearerTokenQuerySet:
-        now = timezone.now()
+    def active(self, now: datetime | None = None) -> BearerTokenQuerySet:
+        """Unrevoked and unexpired at `now` (by default the present)."""
+        now = timezone.now() if now is None else now
         return self.filter(revoked_at__isnull=True).filter(models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now))
+
+    def valid(self, now: datetime | None = None) -> BearerTokenQuerySet:
+        """The tokens that authenticate at `now` (scope aside): active, of an active user.
+
+        The one definition: the lookup at /mcp and its event-loop shortcut (oauth.steady_tokens) both run this
+        query, compiled to SQL once (oauth.bearer_lookup).
+        """
+        tokens = self.active(now)
+        user_model = get_user_model()
+        if any(field.name == "is_active" for field in user_model._meta.concrete_fields):
+            tokens = tokens.filter(user__is_active=True)  # AbstractBaseUser has no such column: always active
+        return tokens
 
 
 class BearerToken(models.Model):

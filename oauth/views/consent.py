@@ -36,13 +36,17 @@ RECENT_REGISTRATION = timedelta(minutes=10)
 CSP = "default-src 'none'; style-src 'self'; img-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
 
 
+UNREPORTED_AGENT_USER = "the agent user (the tool executor has not reported yet)"
+
+
 def agent_os_user() -> str:
-    """The OS user the tools run as, as the executor reports it (in production not the server's own user)."""
-    return agent_user() or "the agent user (the tool executor is not answering right now)"
+    """The OS user the tools run as, as the executor last reported it to the MCP server (in production not the
+    server's own user); never asked from here, so the page never waits for the executor."""
+    return agent_user() or UNREPORTED_AGENT_USER
 
 
-def scope_descriptions(scopes: list[str]) -> list[str]:
-    user, host, workspace = agent_os_user(), socket.gethostname(), settings.WORKSPACE_ROOT
+def scope_descriptions(scopes: list[str], user: str) -> list[str]:
+    host, workspace = socket.gethostname(), settings.WORKSPACE_ROOT
     if SCOPE_ALL in scopes:
         return [
             f"Run any command as {user} on this host ({host}).",
@@ -58,7 +62,7 @@ def with_issuer(url: str) -> str:
     """`url` with the RFC 9207 `iss` parameter (the toolkit adds it to successful responses only)."""
     parts = urlsplit(url)
     query = [(key, value) for key, value in parse_qsl(parts.query, keep_blank_values=True) if key != "iss"]
-    query.append(("iss", settings.OAUTH2_PROVIDER["OIDC_ISS_ENDPOINT"]))
+    query.append(("iss", str(settings.OAUTH2_PROVIDER["OIDC_ISS_ENDPOINT"])))
     return urlunsplit(parts._replace(query=urlencode(query)))
 
 
@@ -79,8 +83,10 @@ class ConsentView(AuthorizationView):
     def get(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         # approval_prompt=auto would skip this page for a client the user approved before: never allowed.
         if "approval_prompt" in request.GET:
-            request.GET = request.GET.copy()
-            request.GET.pop("approval_prompt")
+            query = request.GET.copy()
+            query.pop("approval_prompt")
+            # The toolkit reads the parameters from request.GET: the copy without approval_prompt takes its place.
+            request.GET = query  # type: ignore[assignment]  # django-stubs types request.GET as immutable
         return super().get(request, *args, **kwargs)
 
     def validate_authorization_request(self, request: HttpRequest) -> tuple[list[str], dict[str, Any]]:
@@ -119,11 +125,12 @@ class ConsentView(AuthorizationView):
                 registration_source=application.get_registration_source_display(),
                 registered_minutes_ago=int(age.total_seconds() // 60) if age < RECENT_REGISTRATION else None,
             )
+        user = agent_os_user()
         context.update(
             redirect_host=redirect_host(redirect_uri),
             redirect_is_loopback=is_loopback(redirect_uri),
-            scope_lines=scope_descriptions(context.get("scopes") or []),
-            agent_user=agent_os_user(),
+            scope_lines=scope_descriptions(context.get("scopes") or [], user),
+            agent_user=user,
         )
         return context
 
