@@ -4,12 +4,35 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.stats import ratio
+
 PAGE_LIMIT_S = 0.5
 MEMORY_LIMIT_MB = 50
 VERIFY_LIMIT_S = 30
 SPAWN_RATIO, HEALTH_RATIO = 4, 2
 CALLS_PER_S = 150
 HOP_LIMIT_MS = 0.5  # issue 7: the executor process may add at most this per call over the in-process path
+
+
+def sequential(measured: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The floors and the sequential calls (sections 1 to 3) as the results hold them: each call with its ratio."""
+    spawn, health = measured["spawn_bash"], measured["health"]
+    exec_true, read_small = measured["terminal_exec_true"], measured["file_read_1kb"]
+    return {
+        "floors": {"spawn_bash": spawn, "health": health},
+        "sequential": {
+            "terminal_exec_true": {**exec_true, "floor": "spawn_bash", "ratio": ratio(exec_true["median_ms"], spawn["median_ms"])},
+            "file_read_1kb": {**read_small, "floor": "health", "ratio": ratio(read_small["median_ms"], health["median_ms"])},
+        },
+    }
+
+
+def label_throughput(large: dict[str, Any], huge_bytes: int) -> dict[str, Any]:
+    """Section 4's results, each with the label the table shows."""
+    large["file_read_10mb"]["label"] = "`file_read` of a 10 MB file"
+    large["terminal_exec_10mb"]["label"] = "`terminal_exec` printing 10 MB"
+    large["terminal_exec_huge"]["label"] = f"`terminal_exec` printing {huge_bytes // 1_000_000} MB"
+    return large
 
 
 def _ms(value: float | None) -> str:
