@@ -31,12 +31,12 @@ import sys
 import tempfile
 import time
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from bench import sections
-from bench.report import label_throughput, machine_line, sequential, table, targets
+from bench.report import label_throughput, machine_line, ms, sequential, table, targets
 from bench.server import (
     SERVER_SETTINGS,
     BenchServer,
@@ -73,11 +73,20 @@ def checkout(ref: str) -> Iterator[tuple[Path, str]]:
         shutil.rmtree(parent, ignore_errors=True)
 
 
-def dependencies(tree: Path) -> tuple[object, ...]:
+def dependencies(tree: Path) -> dict[str, object]:
     """What the virtualenv must hold for `tree`: its pinned versions and declared dependencies."""
     lock = tree / "requirements.lock"
     project = tomllib.loads((tree / "pyproject.toml").read_text()).get("project", {})
-    return (lock.read_text() if lock.exists() else None, project.get("dependencies"), project.get("optional-dependencies"))
+    return {
+        "requirements.lock": lock.read_text() if lock.exists() else None,
+        "dependencies": project.get("dependencies"),
+        "optional-dependencies": project.get("optional-dependencies"),
+    }
+
+
+def differences(old: Mapping[str, object], new: Mapping[str, object]) -> list[str]:
+    """The names of the entries that differ."""
+    return [name for name in new if old.get(name) != new[name]]
 
 
 def hop_of(tree: Path, sizes: sections.Sizes) -> dict[str, Any]:
@@ -158,12 +167,12 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
             "machine": machine(),
             "sizes": sizes.__dict__,
         }
-        same_dependencies = dependencies(old_tree) == dependencies(REPO)
-        if not same_dependencies:
-            log(f"bench: {options.compare} declares or pins other dependencies than this tree; both run with this virtualenv")
+        differ = differences(dependencies(old_tree), dependencies(REPO))
+        if differ:
+            log(f"bench: {options.compare} has other {', '.join(differ)} than this tree; both run with this virtualenv")
         measured = measure(options, trees, sizes, records)
     end_load = round(os.getloadavg()[0], 2)
-    results: dict[str, Any] = {"ref": options.compare, "same_dependencies": same_dependencies, "seconds": round(time.monotonic() - began, 1)}
+    results: dict[str, Any] = {"ref": options.compare, "dependencies_differ": differ, "seconds": round(time.monotonic() - began, 1)}
     for label in TREES:
         tree = {**common, "commit": commits[label], **measured[label]}
         tree["machine"] = {**common["machine"], "load_average_1m_end": end_load}
@@ -188,13 +197,20 @@ def _change(before: float | None, after: float | None) -> str:
     return "–" if not before or after is None else f"{(after / before - 1) * 100:+.1f}%"
 
 
+def _show(value: float | None, unit: str) -> str:
+    if value is None:
+        return "–"
+    if unit == " ms":
+        return ms(value)
+    return f"{value:.3f} ms" if unit == " ms hop" else f"{value}{unit}"
+
+
 def headline(old: dict[str, Any], new: dict[str, Any]) -> str:
     """One table of the figures that say most, old beside new."""
 
     def row(what: str, pick: Any, unit: str) -> str:
         before, after = pick(old), pick(new)
-        show = (lambda value: "–" if value is None else f"{value}{unit}")  # noqa: E731
-        return f"| {what} | {show(before)} | {show(after)} | {_change(before, after)} |"
+        return f"| {what} | {_show(before, unit)} | {_show(after, unit)} | {_change(before, after)} |"
 
     rows = ["| measurement | old | new | change |", "|---|---|---|---|"]
     rows.append(row("floor: bash spawn, median", lambda r: r["floors"]["spawn_bash"]["median_ms"], " ms"))
@@ -203,7 +219,7 @@ def headline(old: dict[str, Any], new: dict[str, Any]) -> str:
         rows.append(row(f"{what.split(' /')[0]}, median", lambda r, name=name: r["sequential"][name]["median_ms"], " ms"))
         rows.append(row(f"{what}, ratio", lambda r, name=name: r["sequential"][name]["ratio"], "x"))
     for name in ("file_read_1kb", "terminal_exec_true"):
-        rows.append(row(f"executor hop, {name}", lambda r, name=name: r["executor_hop"][name]["hop_median_ms"], " ms"))
+        rows.append(row(f"executor hop, {name}", lambda r, name=name: r["executor_hop"][name]["hop_median_ms"], " ms hop"))
     for name in ("file_read_10mb", "terminal_exec_10mb", "terminal_exec_huge"):
         rows.append(row(f"{old['throughput'][name]['label']}", lambda r, name=name: r["throughput"][name]["mb_per_s"], " MB/s"))
     rows.append(row("concurrent clients, calls/s", lambda r: r["concurrency"]["calls_per_s"], ""))
@@ -213,7 +229,7 @@ def headline(old: dict[str, Any], new: dict[str, Any]) -> str:
 
 
 def report(results: dict[str, Any], output: Path) -> str:
-    old, new = results["old"], results["new"]
+    old, new, differ = results["old"], results["new"], results["dependencies_differ"]
     how = (f"Sections 1 to 3 in turns (every kind on both servers in each round of {sections.BATCH}), 4 call by call in "
            f"turns, 5 {LOAD_ROUNDS} times on each in turns; 3b (executor hop) and 6 (admin on {old['admin']['records']:,} "
            "seeded records) once per tree, old first.")  # fmt: skip
@@ -225,11 +241,11 @@ def report(results: dict[str, Any], output: Path) -> str:
         table(new),
         "\n## old → new\n",
         headline(old, new),
-        f"\n{how}" + ("" if results["same_dependencies"] else f" {results['ref']} pins other dependencies: both ran with this virtualenv."),
+        f"\n{how}" + (f" {results['ref']} has other {', '.join(differ)}: both ran with this virtualenv." if differ else ""),
         "",
     ]
     for rule in results["verdict"]:
-        mark = "–" if rule["met"] is None else "within 10%" if rule["met"] else "**WORSE by more than 10%**"
+        mark = "–" if rule["met"] is None else "met (not worse by more than 10%)" if rule["met"] else "**NOT MET: worse by more than 10%**"
         lines.append(f"- {rule['what']}: old {rule['old']}x, new {rule['new']}x ({_change(rule['old'], rule['new'])}): {mark}")
     lines.append(f"\nResults: {output}")
     return "\n".join(lines)
