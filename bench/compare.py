@@ -117,9 +117,24 @@ async def call_sections(servers: dict[str, BenchServer], sizes: sections.Sizes) 
     return results
 
 
+def _borrow(source: Path, target: Path) -> None:
+    if (source / "state").is_dir() and not target.exists():
+        building = target.with_name(f"{target.name}.building-{os.getpid()}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["cp", "-a", "--reflink=auto", str(source), str(building)], check=True)
+        building.rename(target)
+        log(f"bench: copied {source.name} for the old tree")
+
+
 def measure(options: argparse.Namespace, trees: dict[str, Path], sizes: sections.Sizes, records: int) -> dict[str, dict[str, Any]]:
-    same_schema = schema_key(trees["old"]) == schema_key(trees["new"])
+    old_key = schema_key(trees["old"])
+    same_schema = old_key == schema_key(trees["new"])
     caches = {"old": options.cache if same_schema else options.cache / "compare", "new": options.cache}
+    if not same_schema:
+        # A plain run of REF's code left its databases in the cache: copied, not seeded again (this tree's run
+        # would migrate them away).
+        for name in (f"base-{old_key}", f"seed{records}-{old_key}"):
+            _borrow(options.cache / name, caches["old"] / name)
     # The old tree's cache is never migrated forward from a newer schema: REF may be older than what it holds.
     seeded = {label: seeded_state(caches[label], records, log, trees[label], reuse_older=label == "new") for label in TREES}
     base = {label: base_state(caches[label], log, trees[label]) for label in TREES}

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bench.compare import WORSE_LIMIT, checkout, differences, verdict
+from bench.compare import WORSE_LIMIT, _borrow, checkout, differences, verdict
 from bench.sections import _added, in_turn
 from tests.live import REPO
 
@@ -67,3 +68,16 @@ def test_dependencies_that_differ_are_named() -> None:
     old = {"requirements.lock": "a==1\n", "dependencies": ["a"], "optional-dependencies": {"test": ["b"]}}
     new = {"requirements.lock": "a==2\n", "dependencies": ["a"], "optional-dependencies": {"test": ["b", "c"]}}
     assert differences(old, new) == ["requirements.lock", "optional-dependencies"]
+
+
+def test_a_cached_database_of_the_old_schema_is_copied_once_and_left_in_place(tmp_path: Path) -> None:
+    source, target = tmp_path / "cache" / "seed10-abc", tmp_path / "cache" / "compare" / "seed10-abc"
+    (source / "state").mkdir(parents=True)
+    (source / "state" / "db.sqlite3").write_text("seeded")
+    _borrow(source, target)
+    assert (target / "state" / "db.sqlite3").read_text() == "seeded" and (source / "state").is_dir()
+    (source / "state" / "db.sqlite3").write_text("changed")
+    _borrow(source, target)
+    assert (target / "state" / "db.sqlite3").read_text() == "seeded"
+    _borrow(tmp_path / "cache" / "seed10-none", tmp_path / "cache" / "compare" / "seed10-none")
+    assert not (tmp_path / "cache" / "compare" / "seed10-none").exists()
