@@ -40,7 +40,8 @@ test-systemd:
 	bash tests/systemd/run.sh
 
 # The real server under load (not part of `make test`): prints a Markdown table and writes var/bench/latest.json.
-# `make bench BENCH_ARGS=--quick` is a smoke run. The seeded databases are cached in var/bench/.
+# `make bench BENCH_ARGS=--quick` is a smoke run; BENCH_ARGS="--compare REF" measures REF beside this tree, in turns
+# (docs/performance.md). The seeded databases are cached in var/bench/.
 bench: venv
 	$(PY) -m bench $(BENCH_ARGS)
 

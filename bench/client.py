@@ -83,7 +83,7 @@ class Connection:
 
     async def _read_chunked(self) -> bytes:
         assert self.reader is not None
-        parts = []
+        parts: list[bytes] = []
         while True:
             size = int((await self.reader.readline()).split(b";")[0], 16)
             if size == 0:
@@ -99,12 +99,13 @@ def response_message(response: Response) -> dict[str, Any]:
     holds one."""
     body = response.body
     if response.headers.get("content-type", "").startswith("application/json"):
-        return json.loads(body)  # type: ignore[no-any-return]
+        message: dict[str, Any] = json.loads(body)
+        return message
     for line in reversed(body.split(b"\n")):
         if line.startswith(b"data:"):
             message = json.loads(line[5:])
             if "result" in message or "error" in message:
-                return message  # type: ignore[no-any-return]
+                return message
     raise HttpError("no_response_in_stream", body[:200].decode(errors="replace"))
 
 

@@ -3,10 +3,13 @@ costs seconds here, so each job does all it can at once).
 
     python -m bench.dbtask prepare                 bootstrap, then the admin's password from SANDSTORM_ADMIN_PASSWORD
     python -m bench.dbtask audit-check SESSION...  JSON: the records of each session by kind, and audit_verify's verdict
+    python -m bench.dbtask seed COUNT [--batch N] [--random-seed S]
+                                                   COUNT fake, correctly chained audit records (bench/seed.py)
 """
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import os
@@ -43,6 +46,17 @@ def audit_check(sessions: list[str]) -> dict[str, object]:
     return {"counts": counts, "verify_ok": ok, "verify": verdict}
 
 
+def seed(argv: list[str]) -> str:
+    from bench.seed import seed as seed_records
+
+    parser = argparse.ArgumentParser(prog="python -m bench.dbtask seed")
+    parser.add_argument("count", type=int, help="how many records to add (a call is two records)")
+    parser.add_argument("--batch", type=int, default=5000, help="records per transaction (default: 5000)")
+    parser.add_argument("--random-seed", type=int, default=None, help="make the content reproducible")
+    options = parser.parse_args(argv)
+    return seed_records(options.count, options.batch, options.random_seed)
+
+
 def main(argv: list[str]) -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "sandstorm_site.settings")
     import django
@@ -53,6 +67,8 @@ def main(argv: list[str]) -> int:
         prepare()
     elif command == "audit-check":
         json.dump(audit_check(args), sys.stdout)
+    elif command == "seed":
+        print(seed(args))
     else:
         print(f"unknown task {command!r}", file=sys.stderr)
         return 2

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.stats import ratio
+
 PAGE_LIMIT_S = 0.5
 MEMORY_LIMIT_MB = 50
 VERIFY_LIMIT_S = 30
@@ -12,7 +14,28 @@ CALLS_PER_S = 150
 HOP_LIMIT_MS = 0.5  # issue 7: the executor process may add at most this per call over the in-process path
 
 
-def _ms(value: float | None) -> str:
+def sequential(measured: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The floors and the sequential calls (sections 1 to 3) as the results hold them: each call with its ratio."""
+    spawn, health = measured["spawn_bash"], measured["health"]
+    exec_true, read_small = measured["terminal_exec_true"], measured["file_read_1kb"]
+    return {
+        "floors": {"spawn_bash": spawn, "health": health},
+        "sequential": {
+            "terminal_exec_true": {**exec_true, "floor": "spawn_bash", "ratio": ratio(exec_true["median_ms"], spawn["median_ms"])},
+            "file_read_1kb": {**read_small, "floor": "health", "ratio": ratio(read_small["median_ms"], health["median_ms"])},
+        },
+    }
+
+
+def label_throughput(large: dict[str, Any], huge_bytes: int) -> dict[str, Any]:
+    """Section 4's results, each with the label the table shows."""
+    large["file_read_10mb"]["label"] = "`file_read` of a 10 MB file"
+    large["terminal_exec_10mb"]["label"] = "`terminal_exec` printing 10 MB"
+    large["terminal_exec_huge"]["label"] = f"`terminal_exec` printing {huge_bytes // 1_000_000} MB"
+    return large
+
+
+def ms(value: float | None) -> str:
     if value is None:
         return "–"
     return f"{value:.2f} ms" if value < 10 else f"{value:.1f} ms" if value < 1000 else f"{value / 1000:.2f} s"
@@ -87,29 +110,29 @@ def table(results: dict[str, Any]) -> str:
     rows = [
         "| # | measurement | median | p95 | vs floor | target | |",
         "|---|---|---|---|---|---|---|",
-        f"| 1 | floor: asyncio spawn of `/bin/bash -c true` in the client ({n}) | {_ms(spawn['median_ms'])} | {_ms(spawn['p95_ms'])} | 1x | | |",
-        f"| 1 | floor: `GET /health`, keep-alive ({health['n']}) | {_ms(health['median_ms'])} | {_ms(health['p95_ms'])} | 1x | | |",
+        f"| 1 | floor: asyncio spawn of `/bin/bash -c true` in the client ({n}) | {ms(spawn['median_ms'])} | {ms(spawn['p95_ms'])} | 1x | | |",
+        f"| 1 | floor: `GET /health`, keep-alive ({health['n']}) | {ms(health['median_ms'])} | {ms(health['p95_ms'])} | 1x | | |",
     ]
     exec_true, read_small = seq["terminal_exec_true"], seq["file_read_1kb"]
     rows.append(
-        f"| 2 | `terminal_exec` `true`, one session ({exec_true['n']}) | {_ms(exec_true['median_ms'])} | "
-        f"{_ms(exec_true['p95_ms'])} | {exec_true['ratio']}x spawn | ≤ {SPAWN_RATIO}x | {_met(found, 'exec_ratio')} |"
+        f"| 2 | `terminal_exec` `true`, one session ({exec_true['n']}) | {ms(exec_true['median_ms'])} | "
+        f"{ms(exec_true['p95_ms'])} | {exec_true['ratio']}x spawn | ≤ {SPAWN_RATIO}x | {_met(found, 'exec_ratio')} |"
     )
     rows.append(
-        f"| 3 | `file_read` 1 KB, one session ({read_small['n']}) | {_ms(read_small['median_ms'])} | "
-        f"{_ms(read_small['p95_ms'])} | {read_small['ratio']}x /health | ≤ {HEALTH_RATIO}x | {_met(found, 'read_ratio')} |"
+        f"| 3 | `file_read` 1 KB, one session ({read_small['n']}) | {ms(read_small['median_ms'])} | "
+        f"{ms(read_small['p95_ms'])} | {read_small['ratio']}x /health | ≤ {HEALTH_RATIO}x | {_met(found, 'read_ratio')} |"
     )
     for name, case in results.get("executor_hop", {}).items():
         local, remote = case["in_process"], case["executor"]
         mark = f"< {HOP_LIMIT_MS} ms | {_met(found, 'hop')}" if name == "file_read_1kb" else "|"
         rows.append(
-            f"| 3b | executor hop, {name} ({remote['n']}): in-process {_ms(local['median_ms'])}, through the executor's "
-            f"socket {_ms(remote['median_ms'])} | **+{case['hop_median_ms']:.3f} ms** | {_ms(remote['p95_ms'])} | | {mark} |"
+            f"| 3b | executor hop, {name} ({remote['n']}): in-process {ms(local['median_ms'])}, through the executor's "
+            f"socket {ms(remote['median_ms'])} | **+{case['hop_median_ms']:.3f} ms** | {ms(remote['p95_ms'])} | | {mark} |"
         )
     for name, case in results["throughput"].items():
         rows.append(
             f"| 4 | {case['label']} ({case['n']}): {case['mb_per_s']} MB/s, peak memory +{case['peak_growth_mb']} MB, "
-            f"result {case['result_bytes'] / 1000:.0f} kB | {_ms(case['median_ms'])} | {_ms(case['p95_ms'])} | | "
+            f"result {case['result_bytes'] / 1000:.0f} kB | {ms(case['median_ms'])} | {ms(case['p95_ms'])} | | "
             f"< {MEMORY_LIMIT_MB} MB | {_met(found, f'memory_{name}')} |"
         )
     load = results["concurrency"]
@@ -117,7 +140,7 @@ def table(results: dict[str, Any]) -> str:
     errors = ", ".join(f"{kind} {count}" for kind, count in sorted(load["errors"].items())) or "none"
     rows.append(
         f"| 5 | {load['clients']} clients × {load['calls_per_client']} `terminal_exec true`: **{load['calls_per_s']} calls/s**, "
-        f"errors: {errors} | {_ms(latency['median_ms'])} | {_ms(latency['p95_ms'])} | | ≥ {CALLS_PER_S}/s, no errors | "
+        f"errors: {errors} | {ms(latency['median_ms'])} | {ms(latency['p95_ms'])} | | ≥ {CALLS_PER_S}/s, no errors | "
         f"{_combined(found, 'calls_per_s', 'errors')} |"
     )
     rows.append(
@@ -129,7 +152,7 @@ def table(results: dict[str, Any]) -> str:
     pages, records = admin["pages"], admin["records"]
     rows.append(f"| 6 | audit list page, {records:,} records: first load | {_s(pages['list_first_s'])} | | | < {PAGE_LIMIT_S} s | {_met(found, 'list_first')} |")
     warm = pages["list_warm"]
-    rows.append(f"| 6 | audit list page, warm ({warm['n']}) | {_ms(warm['median_ms'])} | {_ms(warm['p95_ms'])} | | < {PAGE_LIMIT_S} s | {_met(found, 'list_warm')} |")
+    rows.append(f"| 6 | audit list page, warm ({warm['n']}) | {ms(warm['median_ms'])} | {ms(warm['p95_ms'])} | | < {PAGE_LIMIT_S} s | {_met(found, 'list_warm')} |")
     for name, label in (
         ("list_filtered", "filtered by tool"), ("list_last_7_days", "filtered by date (last 7 days)"),
         ("list_search", "search (matches)"), ("list_search_no_match", "search matching nothing (newest 200,000 records)"),
@@ -139,7 +162,7 @@ def table(results: dict[str, Any]) -> str:
         page = pages.get(name)
         if page is None:
             continue
-        rows.append(f"| 6 | {label} (first {_ms(page['first_ms'])}) | {_ms(page['median_ms'])} | {_ms(page['p95_ms'])} | | | |")
+        rows.append(f"| 6 | {label} (first {ms(page['first_ms'])}) | {ms(page['median_ms'])} | {ms(page['p95_ms'])} | | | |")
     verify = admin["verify"]
     rows.append(
         f"| 6 | `audit_verify`, {verify['records_checked'] or 0:,} records (command: {_s(verify['command_wall_s'])}) | "

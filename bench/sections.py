@@ -11,16 +11,18 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlencode
 
 from bench.client import Connection, HttpError, McpSession, result_text
+from bench.server import BenchServer, log
 from bench.stats import peak_kb, reset_peak, summary
-from tests.live import REPO, LiveServer
+from tests.live import LiveServer
 
 MB = 1_000_000
+T = TypeVar("T")
 TRUE = {"command": "true"}
 
 
@@ -46,6 +48,12 @@ class Sizes:
 
 def connection(server: LiveServer) -> Connection:
     return Connection("127.0.0.1", server.port)
+
+
+def in_turn(labels: list[T], turn: int) -> list[T]:
+    """The labels, rotated by `turn`: over the turns, each takes every place in the order."""
+    shift = turn % len(labels) if labels else 0
+    return labels[shift:] + labels[:shift]
 
 
 async def timed(fn: Any, count: int) -> list[float]:
@@ -75,36 +83,50 @@ async def floors_and_calls(server: LiveServer, sizes: Sizes) -> dict[str, dict[s
     a few seconds apart, a floor and the calls it is compared with could land in different spells. In turns, every
     figure is taken across the same stretch of the run.
     """
-    workspace_file(server, "bench-1kb.txt", 1024)
-    http = connection(server)
-    calls = {"terminal_exec_true": ("terminal_exec", TRUE, "exit_code: 0"), "file_read_1kb": ("file_read", {"path": "bench-1kb.txt"}, "xxxx")}
-    sessions = {name: McpSession(connection(server), server.token) for name in calls}
+    return (await floors_and_calls_of({"": server}, sizes))[""]
 
-    async def get_health() -> None:
-        response = await http.request("GET", "/health", {})
-        if response.status != 200:
-            raise HttpError(f"http_{response.status}", "/health")
+
+async def floors_and_calls_of(servers: dict[str, LiveServer], sizes: Sizes) -> dict[str, dict[str, dict[str, Any]]]:
+    """floors_and_calls for several servers at once (--compare), every kind of every server in the same turns."""
+    http = {label: connection(server) for label, server in servers.items()}
+    calls = {"terminal_exec_true": ("terminal_exec", TRUE, "exit_code: 0"), "file_read_1kb": ("file_read", {"path": "bench-1kb.txt"}, "xxxx")}
+    sessions = {(label, name): McpSession(connection(server), server.token) for label, server in servers.items() for name in calls}
+
+    def get_health(label: str) -> Any:
+        async def get() -> None:
+            response = await http[label].request("GET", "/health", {})
+            if response.status != 200:
+                raise HttpError(f"http_{response.status}", "/health")
+
+        return get
 
     try:
-        measured: dict[str, Any] = {"spawn_bash": spawn_bash, "health": get_health}
-        for name, (tool, arguments, expect) in calls.items():
-            await sessions[name].start()
-            first = result_text(await sessions[name].call(tool, arguments))
-            if expect not in first:
-                raise AssertionError(f"{tool} answered {first[:200]!r}")
-            measured[name] = functools.partial(sessions[name].call, tool, arguments)
-        durations: dict[str, list[float]] = {name: [] for name in measured}
-        for name, run in measured.items():
+        measured: dict[tuple[str, str], Any] = {}
+        for label, server in servers.items():
+            workspace_file(server, "bench-1kb.txt", 1024)
+            measured[label, "spawn_bash"] = spawn_bash
+            measured[label, "health"] = get_health(label)
+            for name, (tool, arguments, expect) in calls.items():
+                session = sessions[label, name]
+                await session.start()
+                first = result_text(await session.call(tool, arguments))
+                if expect not in first:
+                    raise AssertionError(f"{tool} answered {first[:200]!r}")
+                measured[label, name] = functools.partial(session.call, tool, arguments)
+        kinds = ("spawn_bash", "health", *calls)
+        keys = [(label, kind) for kind in kinds for label in servers]  # (old, spawn), (new, spawn), (old, health)...
+        durations: dict[tuple[str, str], list[float]] = {key: [] for key in keys}
+        for run in measured.values():
             await timed(run, sizes.warmup)
-        names = list(measured)
         for turn in range(-(-sizes.sequential // BATCH)):
             count = min(BATCH, sizes.sequential - turn * BATCH)
-            for name in names[turn % len(names) :] + names[: turn % len(names)]:
+            for key in in_turn(keys, turn):
                 await asyncio.sleep(SETTLE)
-                durations[name] += await timed(measured[name], count)
-        return {name: summary(values) for name, values in durations.items()}
+                durations[key] += await timed(measured[key], count)
+        return {label: {kind: summary(durations[label, kind]) for kind in kinds} for label in servers}
     finally:
-        await http.close()
+        for client in http.values():
+            await client.close()
         for session in sessions.values():
             await session.close()
 
@@ -112,23 +134,34 @@ async def floors_and_calls(server: LiveServer, sizes: Sizes) -> dict[str, dict[s
 # --- 4. large results: throughput and the server's peak memory ----------------------------------------------------
 
 
-async def large_result(server: LiveServer, tool: str, arguments: dict[str, Any], payload: int, repeats: int) -> dict[str, Any]:
-    pid = server.process.pid if server.process else 0
-    session = McpSession(connection(server), server.token)
-    await session.start()
-    durations, growth, result_bytes = [], [], 0
+async def large_result(servers: dict[str, LiveServer], tool: str, arguments: dict[str, Any], payload: int, repeats: int) -> dict[str, dict[str, Any]]:
+    """One large call at a time, server after server in turn (one server but for --compare)."""
+    sessions = {label: McpSession(connection(server), server.token) for label, server in servers.items()}
+    durations: dict[str, list[float]] = {label: [] for label in servers}
+    growth: dict[str, list[float]] = {label: [] for label in servers}
+    result_bytes = dict.fromkeys(servers, 0)
     try:
-        for _ in range(repeats):
-            before = reset_peak(pid)
-            began = time.perf_counter()
-            result = await session.call(tool, arguments)
-            durations.append(time.perf_counter() - began)
-            peak = peak_kb(pid)
-            if before is not None and peak is not None:
-                growth.append(max(0, peak - before) / 1024)
-            result_bytes = len(result_text(result).encode())
+        for session in sessions.values():
+            await session.start()
+        for repeat in range(repeats):
+            for label in in_turn(list(servers), repeat):
+                process = servers[label].process
+                pid = process.pid if process else 0
+                before = reset_peak(pid)
+                began = time.perf_counter()
+                result = await sessions[label].call(tool, arguments)
+                durations[label].append(time.perf_counter() - began)
+                peak = peak_kb(pid)
+                if before is not None and peak is not None:
+                    growth[label].append(max(0, peak - before) / 1024)
+                result_bytes[label] = len(result_text(result).encode())
     finally:
-        await session.close()
+        for session in sessions.values():
+            await session.close()
+    return {label: _large_summary(durations[label], growth[label], payload, result_bytes[label]) for label in servers}
+
+
+def _large_summary(durations: list[float], growth: list[float], payload: int, result_bytes: int) -> dict[str, Any]:
     stats = summary(durations)
     return {
         **stats,
@@ -140,15 +173,20 @@ async def large_result(server: LiveServer, tool: str, arguments: dict[str, Any],
 
 
 async def throughput(server: LiveServer, sizes: Sizes) -> dict[str, Any]:
-    big = server.workspace / "bench-10mb.txt"
-    big.write_text(("a" * 99 + "\n") * (10 * MB // 100))
+    return (await throughput_of({"": server}, sizes))[""]
+
+
+async def throughput_of(servers: dict[str, LiveServer], sizes: Sizes) -> dict[str, dict[str, Any]]:
+    for server in servers.values():
+        (server.workspace / "bench-10mb.txt").write_text(("a" * 99 + "\n") * (10 * MB // 100))
     print_10mb = {"command": f"head -c {10 * MB} /dev/zero | tr '\\0' a"}
     print_huge = {"command": f"head -c {sizes.huge_bytes} /dev/zero | tr '\\0' a"}
-    return {
-        "file_read_10mb": await large_result(server, "file_read", {"path": big.name}, 10 * MB, sizes.big_repeats),
-        "terminal_exec_10mb": await large_result(server, "terminal_exec", print_10mb, 10 * MB, sizes.big_repeats),
-        "terminal_exec_huge": await large_result(server, "terminal_exec", print_huge, sizes.huge_bytes, sizes.huge_repeats),
+    cases = {
+        "file_read_10mb": await large_result(servers, "file_read", {"path": "bench-10mb.txt"}, 10 * MB, sizes.big_repeats),
+        "terminal_exec_10mb": await large_result(servers, "terminal_exec", print_10mb, 10 * MB, sizes.big_repeats),
+        "terminal_exec_huge": await large_result(servers, "terminal_exec", print_huge, sizes.huge_bytes, sizes.huge_repeats),
     }
+    return {label: {name: case[label] for name, case in cases.items()} for label in servers}
 
 
 # --- 5. concurrent clients ------------------------------------------------------------------------------------------
@@ -180,6 +218,13 @@ async def _client(server: LiveServer, calls: int, start: asyncio.Event, errors: 
 
 
 async def concurrency(server: LiveServer, sizes: Sizes) -> dict[str, Any]:
+    load = await _load(server, sizes)
+    del load["latency_s"]
+    return load
+
+
+async def _load(server: LiveServer, sizes: Sizes) -> dict[str, Any]:
+    """`sizes.clients` clients at once, each making its calls; the raw latencies too ("latency_s")."""
     errors: Counter[str] = Counter()
     durations: list[float] = []
     sessions: list[str] = []
@@ -201,16 +246,43 @@ async def concurrency(server: LiveServer, sizes: Sizes) -> dict[str, Any]:
         "seconds": round(elapsed, 3),
         "calls_per_s": round(done / elapsed, 1),
         "latency": summary(durations),
+        "latency_s": durations,
         "errors": dict(errors),
         "sessions": sessions,
     }
 
 
-def audit_check(server: LiveServer, sessions: list[str], calls_per_session: int) -> dict[str, Any]:
+async def concurrency_of(servers: dict[str, LiveServer], sizes: Sizes, rounds: int) -> dict[str, dict[str, Any]]:
+    """The load `rounds` times on each server, server after server in turn; each server's loads added up."""
+    loads: dict[str, list[dict[str, Any]]] = {label: [] for label in servers}
+    for turn in range(rounds):
+        for label in in_turn(list(servers), turn):
+            loads[label].append(await _load(servers[label], sizes))
+    return {label: _added(runs) for label, runs in loads.items()}
+
+
+def _added(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    calls, seconds = sum(run["calls"] for run in runs), sum(run["seconds"] for run in runs)
+    errors: Counter[str] = Counter()
+    for run in runs:
+        errors.update(run["errors"])
+    return {
+        **{key: runs[0][key] for key in ("clients", "calls_per_client")},
+        "rounds": len(runs),
+        "calls": calls,
+        "seconds": round(seconds, 3),
+        "calls_per_s": round(calls / seconds, 1),
+        "latency": summary([value for run in runs for value in run["latency_s"]]),
+        "errors": dict(errors),
+        "sessions": [session for run in runs for session in run["sessions"]],
+    }
+
+
+def audit_check(server: BenchServer, sessions: list[str], calls_per_session: int) -> dict[str, Any]:
     """Exactly one started and one finished record per call in every session, an intact chain, no lock errors."""
     checked = subprocess.run(
         [sys.executable, "-m", "bench.dbtask", "audit-check", *sessions],
-        cwd=REPO, env=server.env, capture_output=True, text=True, check=True, timeout=600,
+        cwd=server.tree, env=server.env, capture_output=True, text=True, check=True, timeout=600,
     )  # fmt: skip
     found = json.loads(checked.stdout)
     expected = {"call.started": calls_per_session, "call.finished": calls_per_session}
@@ -279,7 +351,7 @@ ADMIN_LIST = "/admin/audit/auditrecord/"
 
 def admin_page_paths(older_page: int) -> dict[str, tuple[str, bytes]]:
     """The pages timed besides the plain list: (path, a piece of the page that shows it worked)."""
-    week_ago = (datetime.now(timezone.utc) - timedelta(days=7)).date().isoformat()
+    week_ago = (datetime.now(UTC) - timedelta(days=7)).date().isoformat()
     return {
         "list_filtered": (ADMIN_LIST + "?tool=file_read", b"file_read"),
         "list_last_7_days": (ADMIN_LIST + f"?created_at__gte={week_ago}", b"result_list"),
@@ -306,7 +378,15 @@ async def admin_pages(server: LiveServer, sizes: Sizes) -> dict[str, Any]:
         await browser.http.close()
 
 
-def verify_timing(server: LiveServer) -> dict[str, Any]:
+async def admin_section(server: BenchServer, sizes: Sizes, records: int) -> dict[str, Any]:
+    pages = await admin_pages(server, sizes)
+    log(f"bench: admin list page first {pages['list_first_s']} s, warm {pages['list_warm']['median_ms']} ms")
+    verify = verify_timing(server)
+    log(f"bench: audit_verify {verify['verify_s']} s")
+    return {"records": records, "pages": pages, "verify": verify}
+
+
+def verify_timing(server: BenchServer) -> dict[str, Any]:
     began = time.perf_counter()
     done = server.manage("audit_verify", "-v", "2", check=False)
     wall = time.perf_counter() - began

@@ -1,4 +1,4 @@
-"""The audit log's commands: audit_verify on intact and tampered chains, audit_prune, audit_export, audit_seed."""
+"""The audit log's commands: audit_verify on intact and tampered chains, audit_prune, audit_export."""
 
 from __future__ import annotations
 
@@ -15,8 +15,7 @@ import shutil
 import stat
 import uuid
 from collections.abc import Iterator
-from datetime import date, datetime, timedelta
-from datetime import timezone as dt_timezone
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from audit import chain
 from audit.append import append_all
 from audit.models import KIND_EVENT, AuditRecord, ChainCheckpoint, ChainHead
 from audit.recorder import Actor, call_finished, call_started, event
+from bench.seed import seed
 from tests.database import copy_server_database
 from tests.live import LiveServer, mcp_client
 
@@ -178,23 +178,10 @@ def test_audit_verify_passes_on_an_empty_log() -> None:
 
 
 @pytest.mark.django_db
-def test_audit_seed_adds_n_records_that_audit_verify_accepts() -> None:
-    event("before.seed")
-    out, _ = run("audit_seed", "301", "--batch", "64")
-    assert "Seeded 301" in out
-    assert AuditRecord.objects.count() == 302
-    assert AuditRecord.objects.filter(kind="call.finished", started__isnull=False).count() > 100
-    assert len(set(AuditRecord.objects.values_list("tool", flat=True))) > 5
-    newest = AuditRecord.objects.order_by("-id").first()
-    out, _ = run("audit_verify")
-    assert OK_LINE.search(out).groups() == ("302", str(newest.id))  # type: ignore[union-attr]
-
-
-@pytest.mark.django_db
 def test_audit_prune_removes_records_before_the_date_and_audit_verify_still_passes() -> None:
-    run("audit_seed", "400")
+    seed(400)
     day = (timezone.now() - timedelta(days=15)).date()
-    before = datetime.combine(day, datetime.min.time(), tzinfo=dt_timezone.utc)
+    before = datetime.combine(day, datetime.min.time(), tzinfo=UTC)
     doomed = AuditRecord.objects.filter(created_at__lt=before).count()
     assert 0 < doomed < 400
     out, _ = run("audit_prune", "--before", day.isoformat(), "--yes")
@@ -216,7 +203,7 @@ def test_audit_prune_removes_records_before_the_date_and_audit_verify_still_pass
 
 @pytest.mark.django_db
 def test_audit_prune_without_yes_is_a_dry_run_that_changes_nothing() -> None:
-    run("audit_seed", "100")
+    seed(100)
     day = (timezone.now() - timedelta(days=10)).date().isoformat()
     before = list(AuditRecord.objects.values_list("id", "mac"))
     out, _ = run("audit_prune", "--before", day)
@@ -284,7 +271,7 @@ def seeded_calls() -> Iterator[tuple[str, date]]:
 
 @pytest.mark.django_db
 def test_audit_export_since_and_until_keep_calls_started_within_those_days() -> None:
-    run("audit_seed", "300")
+    seed(300)
     since, until = (timezone.now() - timedelta(days=20)).date(), (timezone.now() - timedelta(days=10)).date()
     expected = {call_id for call_id, day in seeded_calls() if since <= day <= until}
     out, _ = run("audit_export", "--format", "jsonl", "--since", since.isoformat(), "--until", until.isoformat())
@@ -328,7 +315,7 @@ def test_the_precomputed_mac_gives_what_hmac_new_gives_for_short_and_long_keys()
 
 def test_canonical_bytes_match_the_json_dumps_form_for_every_kind_of_value() -> None:
     values: list[Any] = [f"value {index} {TRICKY}" for index in range(len(chain.CHAINED_FIELDS))]
-    values[chain.CHAINED_FIELDS.index("created_at")] = datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt_timezone.utc)
+    values[chain.CHAINED_FIELDS.index("created_at")] = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
     values[chain.CHAINED_FIELDS.index("arguments")] = {"z": [1, 2.5, None, True], "a": {"y": TRICKY, "b": -3}}
     values[chain.CHAINED_FIELDS.index("detail")] = None
     values[chain.CHAINED_FIELDS.index("exit_code")] = -9

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ SECTIONS = ("machine", "floors", "sequential", "executor_hop", "throughput", "co
 
 
 @pytest.fixture(scope="module")
-def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:  # type: ignore[type-arg]
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
     output = tmp_path_factory.mktemp("bench") / "latest.json"
     env = {key: value for key, value in os.environ.items() if not key.startswith("SANDSTORM_") and key != "DATABASE_URL"}
     # The cached databases (var/bench/, git-ignored) are shared with `make bench`: built once per schema.
@@ -30,18 +31,18 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:  # 
     return json.loads(output.read_text()), done.stdout
 
 
-def positive(stats: dict) -> bool:  # type: ignore[type-arg]
+def positive(stats: dict[str, Any]) -> bool:
     return stats["n"] > 0 and 0 < stats["median_ms"] <= stats["p95_ms"] < 60_000
 
 
-def test_the_quick_run_writes_every_section(quick_run: tuple[dict, str]) -> None:  # type: ignore[type-arg]
+def test_the_quick_run_writes_every_section(quick_run: tuple[dict[str, Any], str]) -> None:
     results, _ = quick_run
     assert results["quick"] is True
     assert set(SECTIONS) <= set(results)
     assert results["machine"]["cores"] >= 1 and results["machine"]["python"]
 
 
-def test_the_floors_and_the_sequential_calls_have_sane_timings(quick_run: tuple[dict, str]) -> None:  # type: ignore[type-arg]
+def test_the_floors_and_the_sequential_calls_have_sane_timings(quick_run: tuple[dict[str, Any], str]) -> None:
     results, _ = quick_run
     assert positive(results["floors"]["spawn_bash"]) and positive(results["floors"]["health"])
     for name in ("terminal_exec_true", "file_read_1kb"):
@@ -49,7 +50,7 @@ def test_the_floors_and_the_sequential_calls_have_sane_timings(quick_run: tuple[
         assert positive(case) and case["ratio"] > 0, name
 
 
-def test_the_executor_hop_is_measured_against_the_in_process_path(quick_run: tuple[dict, str]) -> None:  # type: ignore[type-arg]
+def test_the_executor_hop_is_measured_against_the_in_process_path(quick_run: tuple[dict[str, Any], str]) -> None:
     results, printed = quick_run
     for name in ("file_read_1kb", "terminal_exec_true"):
         case = results["executor_hop"][name]
@@ -58,7 +59,7 @@ def test_the_executor_hop_is_measured_against_the_in_process_path(quick_run: tup
     assert "executor hop, file_read_1kb" in printed
 
 
-def test_large_results_are_capped_and_measured(quick_run: tuple[dict, str]) -> None:  # type: ignore[type-arg]
+def test_large_results_are_capped_and_measured(quick_run: tuple[dict[str, Any], str]) -> None:
     results, _ = quick_run
     for name, case in results["throughput"].items():
         assert case["mb_per_s"] > 0, name
@@ -67,7 +68,7 @@ def test_large_results_are_capped_and_measured(quick_run: tuple[dict, str]) -> N
             assert case["peak_growth_mb"] is not None and case["peak_growth_mb"] >= 0, name
 
 
-def test_concurrent_clients_leave_two_audit_records_per_call_and_an_intact_chain(quick_run: tuple[dict, str]) -> None:  # type: ignore[type-arg]
+def test_concurrent_clients_leave_two_audit_records_per_call_and_an_intact_chain(quick_run: tuple[dict[str, Any], str]) -> None:
     load = quick_run[0]["concurrency"]
     assert load["errors"] == {}
     assert load["calls"] == load["clients"] * load["calls_per_client"] and load["calls_per_s"] > 0
@@ -77,7 +78,7 @@ def test_concurrent_clients_leave_two_audit_records_per_call_and_an_intact_chain
     assert audit["database_locked_in_log"] == 0
 
 
-def test_the_admin_pages_and_audit_verify_ran_on_the_seeded_records(quick_run: tuple[dict, str]) -> None:  # type: ignore[type-arg]
+def test_the_admin_pages_and_audit_verify_ran_on_the_seeded_records(quick_run: tuple[dict[str, Any], str]) -> None:
     admin = quick_run[0]["admin"]
     assert admin["records"] == 10_000
     assert admin["pages"]["list_first_s"] > 0 and positive(admin["pages"]["list_warm"])
@@ -87,7 +88,7 @@ def test_the_admin_pages_and_audit_verify_ran_on_the_seeded_records(quick_run: t
     assert admin["verify"]["ok"] and admin["verify"]["records_checked"] >= 10_000 and admin["verify"]["verify_s"] >= 0
 
 
-def test_the_table_marks_each_target(quick_run: tuple[dict, str]) -> None:  # type: ignore[type-arg]
+def test_the_table_marks_each_target(quick_run: tuple[dict[str, Any], str]) -> None:
     results, printed = quick_run
     keys = {target["key"] for target in results["targets"]}
     assert {"exec_ratio", "read_ratio", "hop", "errors", "calls_per_s", "locked", "two_records", "chain", "list_first", "verify"} <= keys

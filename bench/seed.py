@@ -1,4 +1,11 @@
-"""Bench-only: fill the audit log with realistic, correctly chained call records, fast."""
+"""Bench-only: fill the audit log with realistic, correctly chained call records, fast.
+
+Never run on a production audit log. Needs Django set up; the bench runs it on a benchmark server's database as
+
+    python -m bench.dbtask seed COUNT [--batch N] [--random-seed S]
+
+(N fake call records and a few events, spread over the last 30 days, instance 'bench-seed').
+"""
 
 from __future__ import annotations
 
@@ -10,7 +17,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.core.management.color import no_style
 from django.db import connection, transaction
 from django.db.models import Max
@@ -171,34 +177,23 @@ def insert_batch(batch: list[Pending], key: bytes) -> None:
                 cursor.execute(sql)
 
 
-class Command(BaseCommand):
-    help = (
-        "BENCHMARKS ONLY: append N fake but correctly chained audit records (tool calls and a few events, spread "
-        "over the last 30 days, instance 'bench-seed'). Never run it on a production audit log."
-    )
-
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("count", type=int, help="how many records to add (a call is two records)")
-        parser.add_argument("--batch", type=int, default=5000, help="records per transaction (default: 5000)")
-        parser.add_argument("--random-seed", type=int, default=None, help="make the content reproducible")
-
-    def handle(self, *args: Any, **options: Any) -> None:
-        count, size = options["count"], options["batch"]
-        if count < 1 or size < 1:
-            raise CommandError("count and --batch must be at least 1")
-        rng = random.Random(options["random_seed"])
-        end = timezone.now()
-        newest = AuditRecord.objects.aggregate(newest=Max("created_at"))["newest"]
-        # Timestamps rise with ids, after any existing record (pruning cuts the chain by date).
-        start = max(end - SPREAD, newest or end - SPREAD)
-        end = max(end, start)
-        key = settings.AUDIT_HMAC_KEY
-        batch: list[Pending] = []
-        for pending in generate(count, start, end, rng):
-            batch.append(pending)
-            if len(batch) >= size:
-                insert_batch(batch, key)
-                batch = []
-        if batch:
-            insert_batch(batch, key)
-        self.stdout.write(f"Seeded {count} audit records from {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC.")
+def seed(count: int, batch: int = 5000, random_seed: int | None = None) -> str:
+    """Append `count` records after the newest one, `batch` per transaction; a one-line summary of what it did."""
+    if count < 1 or batch < 1:
+        raise ValueError("count and batch must be at least 1")
+    rng = random.Random(random_seed)
+    end = timezone.now()
+    newest = AuditRecord.objects.aggregate(newest=Max("created_at"))["newest"]
+    # Timestamps rise with ids, after any existing record (pruning cuts the chain by date).
+    start = max(end - SPREAD, newest or end - SPREAD)
+    end = max(end, start)
+    key = settings.AUDIT_HMAC_KEY
+    pending: list[Pending] = []
+    for item in generate(count, start, end, rng):
+        pending.append(item)
+        if len(pending) >= batch:
+            insert_batch(pending, key)
+            pending = []
+    if pending:
+        insert_batch(pending, key)
+    return f"Seeded {count} audit records from {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC."
