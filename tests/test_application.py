@@ -37,7 +37,7 @@ def _any_token_is_the_principal(monkeypatch: pytest.MonkeyPatch) -> None:
     async def authenticate(raw: str, **request: str) -> Principal:
         return PRINCIPAL
 
-    monkeypatch.setattr(application, "authenticate", authenticate)
+    monkeypatch.setattr(application, "build_authenticator", lambda: authenticate)
 
 
 def built(settings: dict[str, int]) -> McpApplication:
