@@ -14,14 +14,13 @@ from audit.failures import FailureAggregator
 from audit.recorder import WRITER as AUDIT_WRITER
 from mcpserver.asgi import BearerAuthMiddleware, McpEndpoint
 from mcpserver.bodies import JsonBodyGate
+from mcpserver.executor.interface import ExecutorError
 from mcpserver.inflight import IN_FLIGHT
 from mcpserver.instance import sandstorm_version
 from mcpserver.lifecycle import ServerLifecycle
 from mcpserver.origins import HostOriginCheck
 from mcpserver.revocations import RevocationWatcher
 from mcpserver.runner import SessionManagerRunner
-from mcpserver.executor.interface import ToolFailure
-from mcpserver.executor.remote import ExecutorFault, ExecutorLost
 from mcpserver.runtime import Runtime, get_runtime
 from mcpserver.server import build_server
 from mcpserver.sessions import SessionLedger
@@ -45,7 +44,7 @@ async def announce_executor(runtime: Runtime) -> None:
     """Start the development child (if that is the mode) and log who runs the tools; never fatal."""
     try:
         identity = await runtime.executor.identity()
-    except (ToolFailure, ExecutorLost, ExecutorFault) as error:
+    except ExecutorError as error:
         logger.error("the tool executor does not answer on %s: %s", runtime.executor.socket_path, error)
         return
     logger.info(

@@ -9,8 +9,7 @@ from typing import Any
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
 
-from mcpserver.executor.interface import ToolFailure
-from mcpserver.executor.remote import ExecutorFault, ExecutorLost
+from mcpserver.executor.interface import ExecutorError
 from mcpserver.instance import sandstorm_version, uptime_seconds
 from mcpserver.registry import TOOLS
 from mcpserver.runtime import get_runtime
@@ -35,7 +34,7 @@ async def executor_status() -> dict[str, Any]:
     runtime = get_runtime()
     try:
         identity = await runtime.executor.identity()
-    except (ToolFailure, ExecutorLost, ExecutorFault) as error:
+    except ExecutorError as error:
         logger.error("health: the tool executor does not answer on %s: %s", runtime.executor.socket_path, error)
         return {"ok": False, "error": "the tool executor does not answer; tool calls fail until it is back"}
     return {

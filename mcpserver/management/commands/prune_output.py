@@ -9,8 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from mcpserver.executor.interface import ToolFailure
-from mcpserver.executor.remote import ExecutorFault, ExecutorLost
+from mcpserver.executor.interface import ExecutorError
 from mcpserver.runtime import get_runtime
 
 
@@ -33,6 +32,6 @@ class Command(BaseCommand):
             raise CommandError("--max-bytes must be 0 or more")
         try:
             summary = asyncio.run(get_runtime().executor.prune_output(max_bytes))
-        except (ToolFailure, ExecutorLost, ExecutorFault) as error:
+        except ExecutorError as error:
             raise CommandError(str(error)) from error
         self.stdout.write(summary)
