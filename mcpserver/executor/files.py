@@ -18,15 +18,15 @@ import itertools
 import mimetypes
 import os
 import shutil
-import signal
 import stat
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from mcpserver.executor.interface import ToolFailure
 from mcpserver.executor.paths import Workspace
+from mcpserver.executor.processes import collect_output
 from mcpserver.executor.textsize import cut_to_json_size, json_size
 
 BINARY_SNIFF_BYTES = 8192
@@ -201,7 +201,7 @@ def _printable(name: str) -> str:
     return name.encode("utf-8", errors="surrogateescape").decode("utf-8", errors="replace")
 
 
-def _tree(directory: int, prefix: str, depth: int) -> Iterator[str]:
+def _tree(directory: int, prefix: str, depth: int) -> Generator[str, None, None]:
     """Paths below the directory open as `directory` in sorted pre-order, directories with "/"; symlinks are listed,
     never followed (each subdirectory is opened with O_NOFOLLOW through its parent's descriptor)."""
     with os.scandir(directory) as listing:
@@ -223,25 +223,6 @@ def _tree(directory: int, prefix: str, depth: int) -> Iterator[str]:
                 yield from _tree(sub, relative + "/", depth + 1)
             finally:
                 os.close(sub)
-
-
-async def _read_capped(stream: asyncio.StreamReader, cap: int) -> tuple[bytes, bool]:
-    chunks: list[bytes] = []
-    size = 0
-    while chunk := await stream.read(65536):
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > cap:
-            return b"".join(chunks)[:cap], True
-    return b"".join(chunks), False
-
-
-def _kill_group(process: asyncio.subprocess.Process) -> None:
-    # `ls` holds no state worth a graceful stop, so SIGKILL straight away.
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 class FileOps:
@@ -421,28 +402,15 @@ class FileOps:
 
     async def _ls(self, real: Path, directory: int) -> str:
         # ls gets the directory we opened, not its name: through /proc/self/fd, the name is never looked up again.
-        process = await asyncio.create_subprocess_exec(
-            "ls", "-la", "--color=never", "--", f"/proc/self/fd/{directory}/",
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-            env=self.env, start_new_session=True, pass_fds=(directory,),
-        )
-        assert process.stdout is not None
-        try:
-            output, cut = await asyncio.wait_for(_read_capped(process.stdout, LS_OUTPUT_CAP), LS_TIMEOUT)
-            if cut:
-                _kill_group(process)
-            code = await process.wait()
-        except TimeoutError:
-            raise ToolFailure(f"Error: listing {real} took longer than {LS_TIMEOUT:.0f} s") from None
-        finally:
-            if process.returncode is None:  # timed out or cancelled: leave no ls behind
-                _kill_group(process)
-                await process.wait()
-        text = output.decode("utf-8", errors="replace")
-        if cut:
+        argv = ["ls", "-la", "--color=never", "--", f"/proc/self/fd/{directory}/"]
+        run = await collect_output(argv, env=self.env, timeout=LS_TIMEOUT, cap=LS_OUTPUT_CAP, pass_fds=(directory,))
+        if run.timed_out:
+            raise ToolFailure(f"Error: listing {real} took longer than {LS_TIMEOUT:.0f} s")
+        text = run.output.decode("utf-8", errors="replace")
+        if run.cut:
             return f"{text}\n[listing cut at {LS_OUTPUT_CAP} bytes]"
-        if code != 0:
-            raise ToolFailure(f"Error: {text.strip() or f'ls exited with status {code}'}")
+        if run.returncode != 0:
+            raise ToolFailure(f"Error: {text.strip() or f'ls exited with status {run.returncode}'}")
         return text
 
 

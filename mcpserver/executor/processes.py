@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from mcpserver.executor import rlimits
 from mcpserver.executor.capture import ProgressRelay, StreamCapture, spill_stem
@@ -61,10 +62,14 @@ async def _wait_for(future: asyncio.Future[None], timeout: float) -> bool:
     return bool(done)
 
 
-async def _supervise(child: Spawned, timeout: float) -> bool:
-    """Wait for the command and its pipes; on timeout, end its group. Returns whether it timed out."""
-    timed_out = not await _wait_for(child.exited, timeout)
-    if timed_out:
+async def _supervise(child: Spawned, timeout: float, stop: asyncio.Future[None] | None = None) -> bool:
+    """Wait for the command and its pipes; on timeout (or `stop`), end its group. Returns whether it timed out."""
+    if stop is None:
+        timed_out = not await _wait_for(child.exited, timeout)
+    else:
+        done, _ = await asyncio.wait({child.exited, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        timed_out = not done
+    if not child.exited.done():
         kill_group(child.pid, signal.SIGTERM)
         if not await _wait_for(child.exited, TERM_GRACE):
             kill_group(child.pid, signal.SIGKILL)
@@ -170,6 +175,55 @@ def _result(
         stdout_bytes=streams[1].total,
         stderr_bytes=streams[2].total,
     )
+
+
+@dataclass(frozen=True)
+class Collected:
+    """What `collect_output` kept of a command's output, and how the command ended."""
+
+    output: bytes  # stdout and stderr as they were written, at most the cap
+    cut: bool  # it wrote more than the cap: the rest was dropped and its group ended
+    timed_out: bool
+    returncode: int | None  # as subprocess reports it; None if it outlived even SIGKILL
+
+
+class _Collector:
+    """A sink keeping the first `cap` bytes; past them, `overflowed` is done and the rest is dropped."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.overflowed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def feed(self, _number: int, data: bytes) -> None:
+        if self.overflowed.done():
+            return
+        room = self.cap - self.size
+        self.chunks.append(data[:room])
+        self.size += min(len(data), room)
+        if len(data) > room:
+            self.overflowed.set_result(None)
+
+
+async def collect_output(
+    argv: list[str], *, env: dict[str, str], timeout: float, cap: int, pass_fds: tuple[int, ...] = ()
+) -> Collected:
+    """Run `argv` (no shell) as commands are run, both streams together, keeping at most `cap` bytes of them.
+
+    For the executor's own helper commands, whose whole output is their result: nothing is saved to a file. A
+    command that writes more than `cap`, or outlives `timeout`, has its group ended as a timed-out command does.
+    Raises what `spawn` raises for a program that cannot be started.
+    """
+    collector = _Collector(cap)
+    child = spawn(argv, None, env, collector.feed, merge_stderr=True, pass_fds=pass_fds)
+    try:
+        timed_out = await _supervise(child, timeout, collector.overflowed)
+    except asyncio.CancelledError:
+        _abandon(child)
+        raise
+    child.close_pipes()
+    return Collected(b"".join(collector.chunks), collector.overflowed.done(), timed_out, child.returncode)
 
 
 def read_start_ticks(pid: int) -> int | None:

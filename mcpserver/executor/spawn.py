@@ -1,10 +1,12 @@
 """A command's process, watched from the event loop without threads: its two output pipes, and a pidfd for its end.
 
+Every process the executor starts is started here (`spawn`), with the tool limits (rlimits.py) pinned in it.
+
 asyncio's subprocess transport (Python 3.11) starts a thread per process to wait for it, connects each pipe through
-a transport and a protocol, and takes several turns of the event loop to start a command and to finish it; for a
-short command that was a fifth of its run. Here the loop reads the pipes and the pidfd itself: one `os.read` per
-chunk of output, one `waitpid` once the pidfd says the process has ended. Where pidfds are not available (Linux
-before 5.3, or a seccomp filter without pidfd_open), a thread from the loop's default pool waits instead.
+a transport and a protocol, and takes several turns of the event loop to start a command and to finish it, a cost
+a short command notices. Here the loop reads the pipes and the pidfd itself: one `os.read` per chunk of output, one
+`waitpid` once the pidfd says the process has ended. Where pidfds are not available (Linux before 5.3, or a seccomp
+filter without pidfd_open), a thread from the loop's default pool waits instead.
 """
 
 from __future__ import annotations
@@ -92,32 +94,53 @@ class Spawned:
             self.exited.set_result(None)
 
 
-def spawn(argv: list[str], cwd: str, env: dict[str, str], sink: OutputSink) -> Spawned:
+def spawn(
+    argv: list[str],
+    cwd: str | None,
+    env: dict[str, str],
+    sink: OutputSink,
+    *,
+    merge_stderr: bool = False,
+    pass_fds: tuple[int, ...] = (),
+) -> Spawned:
     """Start `argv` (no shell) in a new session (its own process group), stdin from /dev/null, output to `sink`.
 
+    `cwd` None: the executor's own. `merge_stderr`: both streams through one pipe, in the order they were written
+    (all of it reaches `sink` as stream 1). `pass_fds`: descriptors the command inherits, at the same numbers.
     Raises what subprocess.Popen raises for a program that cannot be started (FileNotFoundError, PermissionError).
     """
     out_read, out_write = os.pipe()
-    err_read, err_write = os.pipe()
+    err_read, err_write = (-1, out_write) if merge_stderr else os.pipe()
     rlimits.keeper.before_spawn()
     try:
         try:
-            process = _popen(argv, cwd, env, out_write, err_write)
+            process = _popen(argv, cwd, env, out_write, err_write, pass_fds)
         except BlockingIOError:  # EAGAIN: the host's tasks grew past our last reading of them
             rlimits.keeper.refresh_now()
-            process = _popen(argv, cwd, env, out_write, err_write)
+            process = _popen(argv, cwd, env, out_write, err_write, pass_fds)
     except BaseException:
         os.close(out_read)
-        os.close(err_read)
+        if not merge_stderr:
+            os.close(err_read)
         raise
     finally:
         os.close(out_write)  # the child holds its own copies: the pipes end when it (and what it started) let go
-        os.close(err_write)
+        if not merge_stderr:
+            os.close(err_write)
     rlimits.keeper.pin(process.pid)
-    return Spawned(process, {1: out_read, 2: err_read}, sink)
+    return Spawned(process, {1: out_read} if merge_stderr else {1: out_read, 2: err_read}, sink)
 
 
-def _popen(argv: list[str], cwd: str, env: dict[str, str], stdout: int, stderr: int) -> subprocess.Popen[bytes]:
+def _popen(
+    argv: list[str], cwd: str | None, env: dict[str, str], stdout: int, stderr: int, pass_fds: tuple[int, ...]
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, start_new_session=True, cwd=cwd, env=env
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr,
+        start_new_session=True,
+        cwd=cwd,
+        env=env,
+        pass_fds=pass_fds,
     )
