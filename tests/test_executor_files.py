@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mcpserver.executor import beneath, rlimits
-from mcpserver.executor import files as files_module
+from mcpserver.executor import beneath, listing, rlimits
 from mcpserver.executor.environment import clean_environment
 from mcpserver.executor.files import FileOps
 from mcpserver.executor.interface import ToolFailure
@@ -399,7 +398,7 @@ async def test_a_listing_past_its_size_cap_is_cut_and_its_ls_ended(
     files: Files, ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake_ls(files, tmp_path, "yes x")  # never ends by itself
-    monkeypatch.setattr(files_module, "LS_OUTPUT_CAP", 100)
+    monkeypatch.setattr(listing, "LS_OUTPUT_CAP", 100)
     pinned = record_spawns(monkeypatch)
     assert await files.list_dir("", False) == "x\n" * 50 + "\n[listing cut at 100 bytes]"
     assert await group_gone(pinned[0])
@@ -409,7 +408,7 @@ async def test_a_listing_past_its_timeout_fails_and_leaves_no_process_behind(
     files: Files, ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake_ls(files, tmp_path, "sleep 60 & sleep 60")  # a child in its group too
-    monkeypatch.setattr(files_module, "LS_TIMEOUT", 0.3)
+    monkeypatch.setattr(listing, "LS_TIMEOUT", 0.3)
     pinned = record_spawns(monkeypatch)
     assert await failure(files.list_dir("", False)) == f"Error: listing {ws} took longer than 0 s"
     assert await group_gone(pinned[0])

@@ -168,7 +168,7 @@ async def test_nothing_of_the_executor_but_the_interfaces_operations_can_be_call
 ) -> None:
     served = LocalExecutor(str(tmp_path))  # what the executor process serves: its helpers, attributes, dunders
     others = (set(dir(served)) | set(vars(served))) - OPERATIONS
-    assert {"_read_file", "_ls", "_parent_dir", "workspace", "env", "__class__"} <= others
+    assert {"_write_file", "_listable", "_parent_dir", "workspace", "env", "__class__"} <= others
     executor = remote(child)
     for name in sorted(others):
         with pytest.raises(ExecutorFault, match="unknown request"):
