@@ -10,11 +10,9 @@ import asyncio
 import logging
 import os
 import signal
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mcpserver.executor import rlimits
 from mcpserver.executor.capture import ProgressRelay, StreamCapture, spill_stem
 from mcpserver.executor.interface import BackgroundStart, ExecResult, OutputListener, ToolFailure
 from mcpserver.executor.paths import Workspace
@@ -41,10 +39,6 @@ _BACKGROUND_SCRIPT = (
 
 # Told the pid and start ticks of a command as soon as it runs (so its group can be ended if we die mid-call).
 SpawnListener = Callable[[int, int], None]
-
-# Tasks that reap background processes: referenced here so they are not garbage-collected while they wait.
-_reapers: set[asyncio.Task[int]] = set()
-
 
 def kill_group(pgid: int, signum: int) -> None:
     """Signal a process group we started; a group that is already gone is fine."""
@@ -238,12 +232,6 @@ def read_start_ticks(pid: int) -> int | None:
     return int(fields[19]) if len(fields) > 19 else None
 
 
-def _reap_later(process: asyncio.subprocess.Process) -> None:
-    task = asyncio.get_running_loop().create_task(process.wait())
-    _reapers.add(task)
-    task.add_done_callback(_reapers.discard)
-
-
 class ProcessOps:
     """The executor's process tools. Expects `self.workspace`, `self.root` and `self.env` (see LocalExecutor)."""
 
@@ -287,24 +275,13 @@ class ProcessOps:
         log_path = self.saved_output.create() / f"{spill_stem('bg')}.log"
         log_path.touch(exist_ok=False)  # exists as soon as we name it; the wrapper's redirect truncates it again
         argv = ["/bin/bash", "-c", _BACKGROUND_SCRIPT, "sandstorm-bg", command, str(log_cap), str(log_path)]
-        rlimits.keeper.before_spawn()
         try:
-            process = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-                cwd=directory,
-                env=self.env,
-            )
+            process = spawn(argv, directory, self.env, None)
         except BlockingIOError as error:
             self.saved_output.give_back(log_cap)
             raise ToolFailure(f"Error: not started: {TOO_MANY_TASKS}") from error
-        rlimits.keeper.pin(process.pid)
-        _reap_later(process)
         ticks = read_start_ticks(process.pid)
-        if ticks is None:  # it cannot have been reaped yet: the reaper task has not run
+        if ticks is None:  # it cannot have been reaped yet: its end is noticed on the event loop, not yet run
             raise ToolFailure(f"Error: background process {process.pid} vanished at start")
         return BackgroundStart(pid=process.pid, pgid=process.pid, start_ticks=ticks, log_path=str(log_path))
 
