@@ -18,8 +18,7 @@ from audit.recorder import WRITER as AUDIT_WRITER
 from mcpserver.authentication import BearerAuthMiddleware
 from mcpserver.bodies import JsonBodyGate
 from mcpserver.endpoint import McpEndpoint
-from mcpserver.executor.interface import ToolFailure
-from mcpserver.executor.remote import ExecutorFault, ExecutorLost
+from mcpserver.executor.interface import ExecutorError
 from mcpserver.inflight import IN_FLIGHT
 from mcpserver.lifespan import Housekeeping, SessionManagerRunner
 from mcpserver.origins import HostOriginCheck
@@ -49,7 +48,7 @@ async def announce_executor(services: Services) -> None:
     (oauth.agent_identity); never fatal."""
     try:
         identity = await services.executor.identity()
-    except (ToolFailure, ExecutorLost, ExecutorFault) as error:
+    except ExecutorError as error:
         logger.error("the tool executor does not answer on %s: %s", services.executor.socket_path, error)
         remember_agent_user(None)
         return

@@ -9,8 +9,7 @@ from typing import Any
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
 
-from mcpserver.executor.interface import ToolFailure
-from mcpserver.executor.remote import ExecutorFault, ExecutorLost
+from mcpserver.executor.interface import ExecutorError
 from mcpserver.process import sandstorm_version, uptime_seconds
 from mcpserver.registry import TOOLS
 from mcpserver.services import Services, running_services
@@ -35,7 +34,7 @@ async def executor_status(services: Services) -> dict[str, Any]:
     """Whether the tool executor answers, and as whom it runs the tools (over a kept connection, as tool calls)."""
     try:
         identity = await services.executor.identity()
-    except (ToolFailure, ExecutorLost, ExecutorFault) as error:
+    except ExecutorError as error:
         logger.error("health: the tool executor does not answer on %s: %s", services.executor.socket_path, error)
         remember_agent_user(None)
         return {"ok": False, "error": "the tool executor does not answer; tool calls fail until it is back"}

@@ -26,8 +26,7 @@ from django.db import DatabaseError
 from django.utils import timezone
 
 from audit.recorder import aevent
-from mcpserver.executor.interface import Executor, ToolFailure
-from mcpserver.executor.remote import ExecutorFault, ExecutorLost
+from mcpserver.executor.interface import Executor, ExecutorError
 from mcpserver.inflight import InFlightCalls
 from mcpserver.models import BackgroundProcess
 from mcpserver.process import INSTANCE_ID
@@ -69,7 +68,7 @@ async def _signal(executor: Executor, process: BackgroundProcess, signum: int) -
     """Signal the process's group through the executor (PID-safe); None if the executor could not be asked."""
     try:
         return await executor.signal_group(process.pid, process.pgid, process.start_ticks, signum)
-    except (ToolFailure, ExecutorLost, ExecutorFault) as error:
+    except ExecutorError as error:
         logger.error("could not signal background process %d of a revoked credential: %s", process.pid, error)
         return None
 

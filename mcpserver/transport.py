@@ -101,7 +101,7 @@ class SandstormTransport(StreamableHTTPServerTransport):
             return
         chosen = _ANSWER_WITH_JSON.set(True)
         # Nothing else reads the connection while a JSON answer is awaited: a task listens for the client hanging
-        # up, which cancels the request's tool call (mcpserver.asgi.DisconnectWatch), until it is answered.
+        # up, which cancels the request's tool call (mcpserver.endpoint.DisconnectWatch), until it is answered.
         listening = asyncio.ensure_future(_read_until_disconnect(receive))
         try:
             await super()._handle_post_request(scope, request, receive, send)

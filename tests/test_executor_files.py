@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
+import time
 import tracemalloc
 from collections.abc import Awaitable
 from pathlib import Path
 
 import pytest
 
-from mcpserver.executor import beneath
+from mcpserver.executor import beneath, listing, rlimits
 from mcpserver.executor.environment import clean_environment
 from mcpserver.executor.files import FileOps
 from mcpserver.executor.interface import ToolFailure
@@ -345,6 +347,86 @@ async def test_list_of_a_missing_path_or_a_file_is_an_error(files: Files, ws: Pa
     assert await failure(files.list_dir("nope", False)) == f"Error: {ws / 'nope'}: No such file or directory"
     assert await failure(files.list_dir("f.txt", True)) == f"Error: {ws / 'f.txt'}: Not a directory"
     assert await failure(files.list_dir("f.txt", False)) == f"Error: {ws / 'f.txt'}: Not a directory"
+
+
+def fake_ls(files: Files, tmp_path: Path, script: str) -> None:
+    """An `ls` first on the tools' PATH that runs `script` (sh) instead of listing."""
+    directory = tmp_path / "fake-bin"
+    directory.mkdir()
+    (directory / "ls").write_text(f"#!/bin/sh\n{script}\n")
+    (directory / "ls").chmod(0o755)
+    files.env = {**files.env, "PATH": f"{directory}:{files.env['PATH']}"}
+
+
+def record_spawns(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The pids the tool limits are pinned in (every process started through the executor's spawn path)."""
+    pinned: list[int] = []
+    monkeypatch.setattr(rlimits.keeper, "pin", pinned.append)
+    return pinned
+
+
+async def group_gone(pgid: int) -> bool:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        await asyncio.sleep(0.02)
+    return False
+
+
+async def test_a_listing_runs_under_the_tool_limits_like_every_command(
+    files: Files, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pinned = record_spawns(monkeypatch)
+    assert (await files.list_dir("", False)).startswith("total ")
+    assert len(pinned) == 1
+
+
+async def test_a_failing_listing_shows_what_ls_wrote_on_either_stream_in_order(
+    files: Files, ws: Path, tmp_path: Path
+) -> None:
+    fake_ls(files, tmp_path, "echo first; echo second >&2; echo third; exit 2")
+    assert await failure(files.list_dir("", False)) == "Error: first\nsecond\nthird"
+    fake_ls_quiet = tmp_path / "fake-bin" / "ls"
+    fake_ls_quiet.write_text("#!/bin/sh\nexit 3\n")
+    assert await failure(files.list_dir("", False)) == "Error: ls exited with status 3"
+
+
+async def test_a_listing_past_its_size_cap_is_cut_and_its_ls_ended(
+    files: Files, ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_ls(files, tmp_path, "yes x")  # never ends by itself
+    monkeypatch.setattr(listing, "LS_OUTPUT_CAP", 100)
+    pinned = record_spawns(monkeypatch)
+    assert await files.list_dir("", False) == "x\n" * 50 + "\n[listing cut at 100 bytes]"
+    assert await group_gone(pinned[0])
+
+
+async def test_a_listing_past_its_timeout_fails_and_leaves_no_process_behind(
+    files: Files, ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_ls(files, tmp_path, "sleep 60 & sleep 60")  # a child in its group too
+    monkeypatch.setattr(listing, "LS_TIMEOUT", 0.3)
+    pinned = record_spawns(monkeypatch)
+    assert await failure(files.list_dir("", False)) == f"Error: listing {ws} took longer than 0 s"
+    assert await group_gone(pinned[0])
+
+
+async def test_a_cancelled_listing_leaves_no_process_behind(
+    files: Files, ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_ls(files, tmp_path, "sleep 60")
+    pinned = record_spawns(monkeypatch)
+    listing = asyncio.ensure_future(files.list_dir("", False))
+    deadline = time.monotonic() + 10
+    while not pinned and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    listing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await listing
+    assert await group_gone(pinned[0])
 
 
 async def test_recursive_listing_is_sorted_relative_with_slashes_on_directories(files: Files, ws: Path) -> None:

@@ -9,16 +9,17 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
-from mcpserver.executor import capture, processes, spawn
+from mcpserver.executor import capture, processes, rlimits, spawn
 from mcpserver.executor.environment import clean_environment
 from mcpserver.executor.interface import ToolFailure
 from mcpserver.executor.paths import Workspace
-from mcpserver.executor.savedoutput import SavedOutput
 from mcpserver.executor.processes import ProcessOps, read_start_ticks
+from mcpserver.executor.savedoutput import SavedOutput
 
 pytestmark = pytest.mark.anyio
 
@@ -203,7 +204,7 @@ async def test_listener_gets_small_coalesced_chunks_at_most_four_times_a_second(
     assert result.exit_code == 0
     assert 2 <= len(calls) <= elapsed * 4 + 1
     assert all(0 < len(text) <= 1024 for _, text in calls)
-    gaps = [later - earlier for (earlier, _), (later, _) in zip(calls, calls[1:])]
+    gaps = [later - earlier for (earlier, _), (later, _) in zip(calls, calls[1:], strict=False)]
     assert all(gap >= 0.2 for gap in gaps)
 
 
@@ -383,3 +384,38 @@ async def test_start_ticks_parse_a_process_name_with_spaces_and_parentheses(tmp_
     finally:
         child.kill()
         child.wait()
+
+
+async def test_a_background_process_is_started_like_a_command_and_reaped_when_it_ends(
+    executor: _Executor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pinned: list[int] = []
+    monkeypatch.setattr(rlimits.keeper, "pin", pinned.append)
+    started = await executor.start_background("exit 0", None)
+    assert pinned == [started.pid]  # the tool limits are pinned in it
+    assert await wait_until(lambda: not spawn._unreaped)
+    with pytest.raises(ChildProcessError):
+        os.waitpid(started.pid, os.WNOHANG)  # reaped already: no zombie left for it
+
+
+async def test_a_background_start_that_meets_the_task_limit_reads_the_hosts_count_again_and_retries(
+    executor: _Executor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = spawn._popen
+    refreshed: list[bool] = []
+    monkeypatch.setattr(rlimits.keeper, "refresh_now", lambda: refreshed.append(True))
+    attempts: list[list[str]] = []
+
+    def once_eagain(argv: list[str], *args: Any) -> subprocess.Popen[bytes]:
+        attempts.append(argv)
+        if len(attempts) == 1:
+            raise BlockingIOError("Resource temporarily unavailable")
+        return real(argv, *args)
+
+    monkeypatch.setattr(spawn, "_popen", once_eagain)
+    started = await executor.start_background("sleep 300", None)
+    try:
+        assert len(attempts) == 2 and refreshed == [True]
+        assert is_alive(started.pid)
+    finally:
+        os.killpg(started.pgid, signal.SIGKILL)

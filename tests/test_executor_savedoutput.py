@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -62,9 +63,14 @@ async def test_a_flood_of_large_outputs_never_takes_more_than_the_budget(tmp_pat
 
 
 async def test_the_directory_is_measured_once_not_on_every_save(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    walks = []
+    walks: list[Path] = []
     real = savedoutput._entries
-    monkeypatch.setattr(savedoutput, "_entries", lambda directory: walks.append(directory) or real(directory))
+
+    def counting(directory: Path) -> Iterator[savedoutput._Entry]:
+        walks.append(directory)
+        return real(directory)
+
+    monkeypatch.setattr(savedoutput, "_entries", counting)
     executor = _Executor(tmp_path, max_bytes=10_000_000)
     for _ in range(5):
         result = await executor.run_command("seq 1 20000", None, 30, 1000, None)

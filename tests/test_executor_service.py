@@ -22,8 +22,9 @@ import pytest
 
 from mcpserver.executor import wire
 from mcpserver.executor.child import ExecutorChild
-from mcpserver.executor.interface import ExecResult, ToolFailure
-from mcpserver.executor.remote import ExecutorFault, ExecutorLost, ExecutorUnavailable, RemoteExecutor
+from mcpserver.executor.interface import OPERATIONS, ExecResult, Executor, ExecutorError, OutputListener, ToolFailure
+from mcpserver.executor.local import LocalExecutor
+from mcpserver.executor.remote import Connection, ExecutorFault, ExecutorLost, ExecutorUnavailable, RemoteExecutor
 from mcpserver.executor.service import SPAWN_NOTICE_DELAY, refusal_for
 from tests.live import REPO, live_pids_with, poll
 
@@ -92,8 +93,8 @@ def _ping_as(uid: int, path: str) -> bytes:
                 connection.settimeout(10)
                 connection.connect(path)
                 connection.sendall(wire.encode({"op": "ping", "args": {}}))
-                answer = wire.recv_frame(connection)
-            os.write(write_end, json.dumps(answer).encode())
+                frame = wire.recv_frame(connection)
+            os.write(write_end, json.dumps(frame).encode())
         finally:
             os._exit(0)
     os.close(write_end)
@@ -162,6 +163,60 @@ async def test_an_unknown_operation_or_bad_arguments_is_a_fault_not_a_hang(child
         await remote(child).call("read_file", nonsense=1)
 
 
+async def test_nothing_of_the_executor_but_the_interfaces_operations_can_be_called(
+    child: ExecutorChild, tmp_path: Path
+) -> None:
+    served = LocalExecutor(str(tmp_path))  # what the executor process serves: its helpers, attributes, dunders
+    others = (set(dir(served)) | set(vars(served))) - OPERATIONS
+    assert {"_write_file", "_listable", "_parent_dir", "workspace", "env", "__class__"} <= others
+    executor = remote(child)
+    for name in sorted(others):
+        with pytest.raises(ExecutorFault, match="unknown request"):
+            await executor.call(name)
+
+
+def test_every_operation_of_the_interface_is_implemented_on_both_sides() -> None:
+    assert {"read_file", "run_command", "git_log", "prune_output"} <= OPERATIONS
+    assert "identity" not in OPERATIONS and "call" not in OPERATIONS
+    for op in OPERATIONS:
+        assert getattr(LocalExecutor, op) is not getattr(Executor, op), op
+        assert getattr(RemoteExecutor, op) is not getattr(Executor, op), op
+
+
+async def test_the_client_sends_an_operations_arguments_by_name_and_its_listener_apart(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    sent: list[tuple[str, OutputListener | None, dict[str, object]]] = []
+
+    async def call(op: str, listener: OutputListener | None = None, **args: object) -> object:
+        sent.append((op, listener, args))
+        return True
+
+    async def listener(text: str) -> None:
+        pass
+
+    executor = RemoteExecutor(str(tmp_path / "unused.sock"), str(tmp_path))
+    monkeypatch.setattr(executor, "call", call)
+    await executor.run_command("true", None, timeout=5, output_budget=100, listener=listener)
+    await executor.signal_group(1, 1, 7, signal.SIGTERM)
+    await executor.prune_output()
+    assert sent == [
+        ("run_command", listener, {"command": "true", "cwd": None, "timeout": 5, "output_budget": 100, "stream": True}),
+        ("signal_group", None, {"pid": 1, "pgid": 1, "start_ticks": 7, "signum": signal.SIGTERM}),
+        ("prune_output", None, {"max_bytes": None}),
+    ]
+    with pytest.raises(TypeError):
+        await executor.move("only the source")  # type: ignore[call-arg]  # a missing argument fails here, unsent
+    assert len(sent) == 3
+
+
+def test_every_failure_of_an_executor_call_is_an_executor_error() -> None:
+    for failure in (ToolFailure, ExecutorUnavailable, ExecutorLost, ExecutorFault):
+        assert issubclass(failure, ExecutorError)
+    # dispatch.py tells them apart: a lost or faulty executor is not the agent's failure
+    assert not issubclass(ExecutorLost, ToolFailure) and not issubclass(ExecutorFault, ToolFailure)
+
+
 async def test_cancelling_a_call_ends_the_command_it_runs(child: ExecutorChild) -> None:
     marker = f"cancel-{uuid.uuid4().hex}"
     call = asyncio.ensure_future(remote(child).run_command(f"sleep 60; : {marker}", None, 120, 65536, None))
@@ -203,7 +258,7 @@ async def test_calls_reuse_one_connection_and_survive_an_executor_restart(child:
     opened: list[int] = []
     connect = executor._connect
 
-    async def counting_connect():  # type: ignore[no-untyped-def]
+    async def counting_connect() -> Connection:
         opened.append(1)
         return await connect()
 

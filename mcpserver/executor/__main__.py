@@ -15,11 +15,11 @@ from pathlib import Path
 
 from mcpserver.executor import rlimits
 from mcpserver.executor.handover import HandedOver
+from mcpserver.executor.jsonlog import JsonFormatter  # plain logging, no Django
 from mcpserver.executor.local import LocalExecutor
 from mcpserver.executor.rlimits import DEFAULT_MAX_PROCESSES, MIN_MAX_MEMORY, ToolLimits, default_max_memory
 from mcpserver.executor.savedoutput import DEFAULT_MAX_BYTES
 from mcpserver.executor.service import ExecutorService, bind_socket, logger
-from mcpserver.executor.jsonlog import JsonFormatter  # plain logging, no Django
 
 SD_LISTEN_FDS_START = 3
 
@@ -126,7 +126,12 @@ async def serve(options: argparse.Namespace) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     if options.watch_stdin:
-        loop.add_reader(sys.stdin.fileno(), lambda: os.read(sys.stdin.fileno(), 4096) or stop.set())
+
+        def on_stdin() -> None:
+            if not os.read(sys.stdin.fileno(), 4096):  # end of file: the server went away
+                stop.set()
+
+        loop.add_reader(sys.stdin.fileno(), on_stdin)
     close: Callable[[], None]
     if options.channel_fd is not None:  # the development child: connections come down its channel, no socket file
         handed_over = HandedOver(service, socket.socket(fileno=options.channel_fd), stop)

@@ -122,7 +122,7 @@ def parse_listing(output: str) -> list[ConfigEntry]:
     """`git config -z --show-scope --list`: `scope NUL key LF value NUL` per entry (no LF: a key without value)."""
     fields = output.split("\0")
     entries = []
-    for scope, item in zip(fields[0::2], fields[1::2]):
+    for scope, item in zip(fields[0::2], fields[1::2], strict=False):  # a trailing empty field has no pair
         key, _, value = item.partition("\n")
         entries.append(ConfigEntry(scope=scope, key=key, value=value))
     return entries

@@ -3,16 +3,24 @@
 It takes plain data and returns plain data (strings, numbers, dataclasses of them), never Django objects: it runs
 in a separate process as the agent user, reached over a Unix socket (service.py, remote.py). It knows nothing of
 the database, settings, tokens or the audit log.
+
+The operations are declared once, as the methods of `Executor`: LocalExecutor implements them (mypy checks each
+implementation's signature against its declaration), RemoteExecutor forwards each over the socket without a body
+of its own, and the executor's service answers exactly `OPERATIONS`, nothing else of the object it serves.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 
-class ToolFailure(Exception):
+class ExecutorError(Exception):
+    """A call to the executor did not return a result: a ToolFailure, or (remote.py) ExecutorLost or ExecutorFault."""
+
+
+class ToolFailure(ExecutorError):
     """An expected failure of a tool. Its message is the text the agent sees (it starts with "Error: ")."""
 
 
@@ -47,39 +55,88 @@ class BackgroundStart:
 OutputListener = Callable[[str], Awaitable[None]]
 
 
-class Executor(Protocol):
+class Executor:
+    """The executor's operations. Each body here only declares it: LocalExecutor and RemoteExecutor implement them."""
+
     root: str
 
     # --- files ---------------------------------------------------------------------------------------------------
-    async def read_file(self, path: str, offset: int | None, limit: int | None, max_bytes: int) -> str: ...
-    async def write_file(self, path: str, content: str) -> str: ...
-    async def delete_file(self, path: str) -> str: ...
-    async def list_dir(self, path: str, recursive: bool) -> str: ...
-    async def move(self, source: str, dest: str) -> str: ...
-    async def mkdir(self, path: str) -> str: ...
+    async def read_file(self, path: str, offset: int | None, limit: int | None, max_bytes: int) -> str:
+        raise NotImplementedError
+
+    async def write_file(self, path: str, content: str) -> str:
+        raise NotImplementedError
+
+    async def delete_file(self, path: str) -> str:
+        raise NotImplementedError
+
+    async def list_dir(self, path: str, recursive: bool) -> str:
+        raise NotImplementedError
+
+    async def move(self, source: str, dest: str) -> str:
+        raise NotImplementedError
+
+    async def mkdir(self, path: str) -> str:
+        raise NotImplementedError
 
     # --- processes -----------------------------------------------------------------------------------------------
     async def run_command(
         self, command: str, cwd: str | None, timeout: float, output_budget: int, listener: OutputListener | None
-    ) -> ExecResult: ...
-    async def start_background(self, command: str, cwd: str | None) -> BackgroundStart: ...
-    async def process_start_ticks(self, pid: int) -> int | None: ...
-    async def signal_group(self, pid: int, pgid: int, start_ticks: int, signum: int) -> bool: ...
+    ) -> ExecResult:
+        raise NotImplementedError
+
+    async def start_background(self, command: str, cwd: str | None) -> BackgroundStart:
+        raise NotImplementedError
+
+    async def process_start_ticks(self, pid: int) -> int | None:
+        raise NotImplementedError
+
+    async def signal_group(self, pid: int, pgid: int, start_ticks: int, signum: int) -> bool:
+        raise NotImplementedError
 
     # --- git -----------------------------------------------------------------------------------------------------
-    async def git_clone(self, repo_url: str, path: str | None, branch: str | None) -> str: ...
-    async def git_status(self, path: str | None) -> str: ...
-    async def git_commit(self, message: str, path: str | None) -> str: ...
-    async def git_push(self, remote: str | None, branch: str | None, path: str | None) -> str: ...
-    async def git_pull(self, remote: str | None, branch: str | None, path: str | None) -> str: ...
-    async def git_branch(self, name: str | None, path: str | None) -> str: ...
-    async def git_checkout(self, branch: str, path: str | None) -> str: ...
-    async def git_diff(self, path: str | None) -> str: ...
-    async def git_log(self, n: int, path: str | None) -> str: ...
+    async def git_clone(self, repo_url: str, path: str | None, branch: str | None) -> str:
+        raise NotImplementedError
+
+    async def git_status(self, path: str | None) -> str:
+        raise NotImplementedError
+
+    async def git_commit(self, message: str, path: str | None) -> str:
+        raise NotImplementedError
+
+    async def git_push(self, remote: str | None, branch: str | None, path: str | None) -> str:
+        raise NotImplementedError
+
+    async def git_pull(self, remote: str | None, branch: str | None, path: str | None) -> str:
+        raise NotImplementedError
+
+    async def git_branch(self, name: str | None, path: str | None) -> str:
+        raise NotImplementedError
+
+    async def git_checkout(self, branch: str, path: str | None) -> str:
+        raise NotImplementedError
+
+    async def git_diff(self, path: str | None) -> str:
+        raise NotImplementedError
+
+    async def git_log(self, n: int, path: str | None) -> str:
+        raise NotImplementedError
 
     # --- workspace -----------------------------------------------------------------------------------------------
-    async def workspace_info(self) -> str: ...
-    async def install(self, packages: list[str], manager: str) -> ExecResult: ...
+    async def workspace_info(self) -> str:
+        raise NotImplementedError
+
+    async def install(self, packages: list[str], manager: str) -> ExecResult:
+        raise NotImplementedError
 
     # --- maintenance (not a tool) --------------------------------------------------------------------------------
-    async def prune_output(self, max_bytes: int | None = None) -> str: ...
+    async def prune_output(self, max_bytes: int | None = None) -> str:
+        raise NotImplementedError
+
+
+def _declared(cls: type) -> frozenset[str]:
+    return frozenset(name for name, member in vars(cls).items() if inspect.iscoroutinefunction(member))
+
+
+# The requests the executor answers (besides `ping`, its liveness check): Executor's methods.
+OPERATIONS = _declared(Executor)

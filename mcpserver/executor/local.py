@@ -7,13 +7,14 @@ from collections.abc import Iterable
 from mcpserver.executor.environment import clean_environment
 from mcpserver.executor.files import FileOps
 from mcpserver.executor.git import GitOps
+from mcpserver.executor.interface import Executor
 from mcpserver.executor.paths import Workspace
 from mcpserver.executor.processes import ProcessOps
 from mcpserver.executor.savedoutput import DEFAULT_MAX_BYTES, SavedOutput
 from mcpserver.executor.workspace import WorkspaceOps
 
 
-class LocalExecutor(FileOps, ProcessOps, GitOps, WorkspaceOps):
+class LocalExecutor(FileOps, ProcessOps, GitOps, WorkspaceOps, Executor):
     def __init__(self, root: str, env_allow: Iterable[str] = (), output_max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.workspace = Workspace(root)
         self.root = str(self.workspace.root)

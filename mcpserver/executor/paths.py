@@ -117,3 +117,8 @@ class Workspace:
         if not ignore.exists():
             ignore.write_text("*\n")
         return out
+
+
+def os_failure(path: object, exc: OSError) -> ToolFailure:
+    """An OS error on `path` as the agent sees it: `Error: <path>: <what the OS said>`."""
+    return ToolFailure(f"Error: {path}: {exc.strerror}")

@@ -10,10 +10,9 @@ import asyncio
 import logging
 import os
 import signal
-import subprocess
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from mcpserver.executor import rlimits
 from mcpserver.executor.capture import ProgressRelay, StreamCapture, spill_stem
 from mcpserver.executor.interface import BackgroundStart, ExecResult, OutputListener, ToolFailure
 from mcpserver.executor.paths import Workspace
@@ -41,10 +40,6 @@ _BACKGROUND_SCRIPT = (
 # Told the pid and start ticks of a command as soon as it runs (so its group can be ended if we die mid-call).
 SpawnListener = Callable[[int, int], None]
 
-# Tasks that reap background processes: referenced here so they are not garbage-collected while they wait.
-_reapers: set[asyncio.Task[int]] = set()
-
-
 def kill_group(pgid: int, signum: int) -> None:
     """Signal a process group we started; a group that is already gone is fine."""
     try:
@@ -61,10 +56,14 @@ async def _wait_for(future: asyncio.Future[None], timeout: float) -> bool:
     return bool(done)
 
 
-async def _supervise(child: Spawned, timeout: float) -> bool:
-    """Wait for the command and its pipes; on timeout, end its group. Returns whether it timed out."""
-    timed_out = not await _wait_for(child.exited, timeout)
-    if timed_out:
+async def _supervise(child: Spawned, timeout: float, stop: asyncio.Future[None] | None = None) -> bool:
+    """Wait for the command and its pipes; on timeout (or `stop`), end its group. Returns whether it timed out."""
+    if stop is None:
+        timed_out = not await _wait_for(child.exited, timeout)
+    else:
+        done, _ = await asyncio.wait({child.exited, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        timed_out = not done
+    if not child.exited.done():
         kill_group(child.pid, signal.SIGTERM)
         if not await _wait_for(child.exited, TERM_GRACE):
             kill_group(child.pid, signal.SIGKILL)
@@ -172,6 +171,55 @@ def _result(
     )
 
 
+@dataclass(frozen=True)
+class Collected:
+    """What `collect_output` kept of a command's output, and how the command ended."""
+
+    output: bytes  # stdout and stderr as they were written, at most the cap
+    cut: bool  # it wrote more than the cap: the rest was dropped and its group ended
+    timed_out: bool
+    returncode: int | None  # as subprocess reports it; None if it outlived even SIGKILL
+
+
+class _Collector:
+    """A sink keeping the first `cap` bytes; past them, `overflowed` is done and the rest is dropped."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.overflowed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def feed(self, _number: int, data: bytes) -> None:
+        if self.overflowed.done():
+            return
+        room = self.cap - self.size
+        self.chunks.append(data[:room])
+        self.size += min(len(data), room)
+        if len(data) > room:
+            self.overflowed.set_result(None)
+
+
+async def collect_output(
+    argv: list[str], *, env: dict[str, str], timeout: float, cap: int, pass_fds: tuple[int, ...] = ()
+) -> Collected:
+    """Run `argv` (no shell) as commands are run, both streams together, keeping at most `cap` bytes of them.
+
+    For the executor's own helper commands, whose whole output is their result: nothing is saved to a file. A
+    command that writes more than `cap`, or outlives `timeout`, has its group ended as a timed-out command does.
+    Raises what `spawn` raises for a program that cannot be started.
+    """
+    collector = _Collector(cap)
+    child = spawn(argv, None, env, collector.feed, merge_stderr=True, pass_fds=pass_fds)
+    try:
+        timed_out = await _supervise(child, timeout, collector.overflowed)
+    except asyncio.CancelledError:
+        _abandon(child)
+        raise
+    child.close_pipes()
+    return Collected(b"".join(collector.chunks), collector.overflowed.done(), timed_out, child.returncode)
+
+
 def read_start_ticks(pid: int) -> int | None:
     """Field 22 of /proc/<pid>/stat (start time in clock ticks since boot), or None if there is no such process."""
     try:
@@ -182,12 +230,6 @@ def read_start_ticks(pid: int) -> int | None:
     fields = text[text.rfind(")") + 1 :].split()  # the name (field 2) may itself hold spaces and parentheses
     # fields[0] is field 3 (the state), so field 22 is fields[19]
     return int(fields[19]) if len(fields) > 19 else None
-
-
-def _reap_later(process: asyncio.subprocess.Process) -> None:
-    task = asyncio.get_running_loop().create_task(process.wait())
-    _reapers.add(task)
-    task.add_done_callback(_reapers.discard)
 
 
 class ProcessOps:
@@ -233,24 +275,13 @@ class ProcessOps:
         log_path = self.saved_output.create() / f"{spill_stem('bg')}.log"
         log_path.touch(exist_ok=False)  # exists as soon as we name it; the wrapper's redirect truncates it again
         argv = ["/bin/bash", "-c", _BACKGROUND_SCRIPT, "sandstorm-bg", command, str(log_cap), str(log_path)]
-        rlimits.keeper.before_spawn()
         try:
-            process = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-                cwd=directory,
-                env=self.env,
-            )
+            process = spawn(argv, directory, self.env, None)
         except BlockingIOError as error:
             self.saved_output.give_back(log_cap)
             raise ToolFailure(f"Error: not started: {TOO_MANY_TASKS}") from error
-        rlimits.keeper.pin(process.pid)
-        _reap_later(process)
         ticks = read_start_ticks(process.pid)
-        if ticks is None:  # it cannot have been reaped yet: the reaper task has not run
+        if ticks is None:  # it cannot have been reaped yet: its end is noticed on the event loop, not yet run
             raise ToolFailure(f"Error: background process {process.pid} vanished at start")
         return BackgroundStart(pid=process.pid, pgid=process.pid, start_ticks=ticks, log_path=str(log_path))
 

@@ -1,13 +1,15 @@
 """The server's side of the executor socket: the Executor interface over connections to the executor.
 
-A connection carries one call at a time and is kept for the next one. Cancelling a call closes its connection, and the executor ends what the call was running. If the executor dies
-mid-call, the call fails with `ExecutorLost` (recorded as interrupted), and the command it had started is ended as
-soon as an executor answers again.
+A connection carries one call at a time and is kept for the next one. Cancelling a call closes its connection, and
+the executor ends what the call was running. If the executor dies mid-call, the call fails with `ExecutorLost`
+(recorded as interrupted), and the command it had started is ended as soon as an executor answers again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import logging
 import select
 import signal
@@ -17,24 +19,24 @@ from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from mcpserver.executor import wire
-from mcpserver.executor.interface import BackgroundStart, ExecResult, OutputListener, ToolFailure
+from mcpserver.executor.interface import OPERATIONS, Executor, ExecutorError, OutputListener, ToolFailure
 
 logger = logging.getLogger(__name__)
 
-ORPHAN_KILL_DEADLINE = 120.0
+ORPHAN_KILL_DEADLINE = 120.0  # how long to keep trying to end a command whose executor died under it
 MAX_IDLE_CONNECTIONS = 16
-Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]  # how long to keep trying to end a command whose executor died under it
+Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
 class ExecutorUnavailable(ToolFailure):
     """No executor answers on the socket: the call was not run."""
 
 
-class ExecutorLost(Exception):
+class ExecutorLost(ExecutorError):
     """The executor went away during a call: whether the work was done is unknown (the call was interrupted)."""
 
 
-class ExecutorFault(Exception):
+class ExecutorFault(ExecutorError):
     """The executor answered with an internal error (a bug or a broken host, not the agent's doing)."""
 
 
@@ -45,7 +47,45 @@ Starter = Callable[[], Awaitable[None]]
 Dialer = Callable[[], socket.socket]
 
 
-class RemoteExecutor:
+def _forwarder(op: str) -> Callable[..., Awaitable[Any]]:
+    """Executor.`op` as a call over the socket: its arguments by name; a listener, if it takes one, gets the output."""
+    declared = getattr(Executor, op)
+    signature = inspect.signature(declared)
+    parameters = list(signature.parameters.values())[1:]  # after `self`
+    names = tuple(parameter.name for parameter in parameters)
+    required = frozenset(parameter.name for parameter in parameters if parameter.default is parameter.empty)
+    defaults = {parameter.name: parameter.default for parameter in parameters if parameter.default is not parameter.empty}
+    allowed = frozenset(names)
+    takes_listener = "listener" in names
+
+    async def forward(self: RemoteExecutor, *args: Any, **kwargs: Any) -> Any:
+        # Bound by hand, as strictly as Signature.bind, which is slow for a path every call takes.
+        arguments = dict(zip(names, args, strict=False))  # the rest may come by keyword
+        arguments.update(kwargs)
+        given = arguments.keys()
+        if len(args) > len(names) or len(given) < len(args) + len(kwargs) or not required <= given <= allowed:
+            signature.bind(self, *args, **kwargs)  # raises the TypeError a wrong call of the method raises
+        for name, default in defaults.items():
+            arguments.setdefault(name, default)
+        if not takes_listener:
+            return await self.call(op, **arguments)
+        listener = arguments.pop("listener")
+        return await self.call(op, listener, **arguments, stream=listener is not None)
+
+    return functools.update_wrapper(forward, declared)
+
+
+def _forwarding(cls: type[Executor]) -> type[Executor]:
+    """Give `cls` every operation of the interface as a forwarder: none is written out, none can be left out."""
+    for op in OPERATIONS:
+        setattr(cls, op, _forwarder(op))
+    return cls
+
+
+@_forwarding
+class RemoteExecutor(Executor):
+    """The Executor's operations as calls to the executor process; each method is made by `_forwarder`."""
+
     def __init__(
         self,
         socket_path: str,
@@ -64,7 +104,7 @@ class RemoteExecutor:
         self._idle: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[Connection]] = weakref.WeakKeyDictionary()
 
     async def _connection(self) -> Connection:
-        """An idle connection to reuse (no connect, no peer check: about half of a small call's cost), or a new one."""
+        """An idle connection to reuse (no connect, no peer check), or a new one."""
         idle = self._idle.get(asyncio.get_running_loop(), [])
         while idle:
             reader, writer = idle.pop()
@@ -166,90 +206,6 @@ class RemoteExecutor:
 
     async def identity(self) -> dict[str, Any]:
         return cast(dict[str, Any], await self.call("ping"))
-
-    # --- files ---------------------------------------------------------------------------------------------------
-    async def read_file(self, path: str, offset: int | None, limit: int | None, max_bytes: int) -> str:
-        return cast(str, await self.call("read_file", path=path, offset=offset, limit=limit, max_bytes=max_bytes))
-
-    async def write_file(self, path: str, content: str) -> str:
-        return cast(str, await self.call("write_file", path=path, content=content))
-
-    async def delete_file(self, path: str) -> str:
-        return cast(str, await self.call("delete_file", path=path))
-
-    async def list_dir(self, path: str, recursive: bool) -> str:
-        return cast(str, await self.call("list_dir", path=path, recursive=recursive))
-
-    async def move(self, source: str, dest: str) -> str:
-        return cast(str, await self.call("move", source=source, dest=dest))
-
-    async def mkdir(self, path: str) -> str:
-        return cast(str, await self.call("mkdir", path=path))
-
-    # --- processes -----------------------------------------------------------------------------------------------
-    async def run_command(
-        self, command: str, cwd: str | None, timeout: float, output_budget: int, listener: OutputListener | None
-    ) -> ExecResult:
-        return cast(
-            ExecResult,
-            await self.call(
-                "run_command",
-                listener,
-                command=command,
-                cwd=cwd,
-                timeout=timeout,
-                output_budget=output_budget,
-                stream=listener is not None,
-            ),
-        )
-
-    async def start_background(self, command: str, cwd: str | None) -> BackgroundStart:
-        return cast(BackgroundStart, await self.call("start_background", command=command, cwd=cwd))
-
-    async def process_start_ticks(self, pid: int) -> int | None:
-        return cast("int | None", await self.call("process_start_ticks", pid=pid))
-
-    async def signal_group(self, pid: int, pgid: int, start_ticks: int, signum: int) -> bool:
-        return bool(await self.call("signal_group", pid=pid, pgid=pgid, start_ticks=start_ticks, signum=int(signum)))
-
-    # --- git -----------------------------------------------------------------------------------------------------
-    async def git_clone(self, repo_url: str, path: str | None, branch: str | None) -> str:
-        return cast(str, await self.call("git_clone", repo_url=repo_url, path=path, branch=branch))
-
-    async def git_status(self, path: str | None) -> str:
-        return cast(str, await self.call("git_status", path=path))
-
-    async def git_commit(self, message: str, path: str | None) -> str:
-        return cast(str, await self.call("git_commit", message=message, path=path))
-
-    async def git_push(self, remote: str | None, branch: str | None, path: str | None) -> str:
-        return cast(str, await self.call("git_push", remote=remote, branch=branch, path=path))
-
-    async def git_pull(self, remote: str | None, branch: str | None, path: str | None) -> str:
-        return cast(str, await self.call("git_pull", remote=remote, branch=branch, path=path))
-
-    async def git_branch(self, name: str | None, path: str | None) -> str:
-        return cast(str, await self.call("git_branch", name=name, path=path))
-
-    async def git_checkout(self, branch: str, path: str | None) -> str:
-        return cast(str, await self.call("git_checkout", branch=branch, path=path))
-
-    async def git_diff(self, path: str | None) -> str:
-        return cast(str, await self.call("git_diff", path=path))
-
-    async def git_log(self, n: int, path: str | None) -> str:
-        return cast(str, await self.call("git_log", n=n, path=path))
-
-    # --- workspace -----------------------------------------------------------------------------------------------
-    async def workspace_info(self) -> str:
-        return cast(str, await self.call("workspace_info"))
-
-    async def install(self, packages: list[str], manager: str) -> ExecResult:
-        return cast(ExecResult, await self.call("install", packages=packages, manager=manager))
-
-    # --- maintenance (not a tool) --------------------------------------------------------------------------------
-    async def prune_output(self, max_bytes: int | None = None) -> str:
-        return cast(str, await self.call("prune_output", max_bytes=max_bytes))
 
 
 def _closed_by_peer(writer: asyncio.StreamWriter) -> bool:

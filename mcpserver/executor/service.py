@@ -21,20 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from mcpserver.executor import wire
-from mcpserver.executor.interface import ToolFailure
+from mcpserver.executor.interface import OPERATIONS, ToolFailure
 from mcpserver.executor.local import LocalExecutor
 
 logger = logging.getLogger("sandstorm.executor")
 
-# The requests the executor answers: the Executor interface's methods, and `ping` for liveness checks.
-OPERATIONS = frozenset(
-    {
-        "read_file", "write_file", "delete_file", "list_dir", "move", "mkdir",
-        "run_command", "start_background", "process_start_ticks", "signal_group",
-        "git_clone", "git_status", "git_commit", "git_push", "git_pull", "git_branch", "git_checkout", "git_diff",
-        "git_log", "workspace_info", "install", "prune_output",
-    }
-)  # fmt: skip
 _PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 SPAWN_NOTICE_DELAY = 0.05  # seconds a command runs before the server is told its pid
 REFUSAL_LINGER = 2.0  # seconds a refused peer has to read why before the connection is closed
@@ -149,7 +140,7 @@ class ExecutorService:
         op, args = request.get("op"), request.get("args")
         if op == "ping":
             return {"ok": self.identity()}
-        if op not in OPERATIONS or not isinstance(args, dict):
+        if op not in OPERATIONS or not isinstance(args, dict):  # nothing else of the executor object is reachable
             return {"error": f"unknown request {op!r}"}
         method: Callable[..., Awaitable[object]] = getattr(self.executor, op)
         notices: list[asyncio.TimerHandle] = []

@@ -1,10 +1,12 @@
 """A command's process, watched from the event loop without threads: its two output pipes, and a pidfd for its end.
 
+Every process the executor starts is started here (`spawn`), with the tool limits (rlimits.py) pinned in it.
+
 asyncio's subprocess transport (Python 3.11) starts a thread per process to wait for it, connects each pipe through
-a transport and a protocol, and takes several turns of the event loop to start a command and to finish it; for a
-short command that was a fifth of its run. Here the loop reads the pipes and the pidfd itself: one `os.read` per
-chunk of output, one `waitpid` once the pidfd says the process has ended. Where pidfds are not available (Linux
-before 5.3, or a seccomp filter without pidfd_open), a thread from the loop's default pool waits instead.
+a transport and a protocol, and takes several turns of the event loop to start a command and to finish it, a cost
+a short command notices. Here the loop reads the pipes and the pidfd itself: one `os.read` per chunk of output, one
+`waitpid` once the pidfd says the process has ended. Where pidfds are not available (Linux before 5.3, or a seccomp
+filter without pidfd_open), a thread from the loop's default pool waits instead.
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ _unreaped: set[Spawned] = set()
 
 
 class Spawned:
-    """A started command: its output goes to `sink` as it comes; `exited` and `pipes_closed` tell when it is over."""
+    """A started command: its output goes to `sink` as it comes; `exited` and `pipes_closed` tell when it is over.
+
+    It is reaped when it ends, whether or not anyone still waits for it.
+    """
 
     def __init__(self, process: subprocess.Popen[bytes], pipes: dict[int, int], sink: OutputSink) -> None:
         self._loop = asyncio.get_running_loop()
@@ -37,6 +42,8 @@ class Spawned:
         for number, fd in self._pipes.items():
             os.set_blocking(fd, False)
             self._loop.add_reader(fd, self._read, number)
+        if not self._pipes:
+            self.pipes_closed.set_result(None)
         _unreaped.add(self)
         self._pidfd = self._watch_exit()
 
@@ -92,32 +99,64 @@ class Spawned:
             self.exited.set_result(None)
 
 
-def spawn(argv: list[str], cwd: str, env: dict[str, str], sink: OutputSink) -> Spawned:
+def spawn(
+    argv: list[str],
+    cwd: str | None,
+    env: dict[str, str],
+    sink: OutputSink | None,
+    *,
+    merge_stderr: bool = False,
+    pass_fds: tuple[int, ...] = (),
+) -> Spawned:
     """Start `argv` (no shell) in a new session (its own process group), stdin from /dev/null, output to `sink`.
 
+    `sink` None: no output is read (both streams go to /dev/null). `cwd` None: the executor's own. `merge_stderr`: both streams through one pipe, in the order they were written
+    (all of it reaches `sink` as stream 1). `pass_fds`: descriptors the command inherits, at the same numbers.
     Raises what subprocess.Popen raises for a program that cannot be started (FileNotFoundError, PermissionError).
     """
-    out_read, out_write = os.pipe()
-    err_read, err_write = os.pipe()
+    pipes: dict[int, int] = {}  # stream number -> our read end
+    ends: list[int] = []  # the child's write ends, closed here once it has its own copies
+    stdout = stderr = subprocess.DEVNULL
+    if sink is not None:
+        pipes[1], stdout = os.pipe()
+        ends.append(stdout)
+        if merge_stderr:
+            stderr = stdout
+        else:
+            pipes[2], stderr = os.pipe()
+            ends.append(stderr)
     rlimits.keeper.before_spawn()
     try:
         try:
-            process = _popen(argv, cwd, env, out_write, err_write)
+            process = _popen(argv, cwd, env, stdout, stderr, pass_fds)
         except BlockingIOError:  # EAGAIN: the host's tasks grew past our last reading of them
             rlimits.keeper.refresh_now()
-            process = _popen(argv, cwd, env, out_write, err_write)
+            process = _popen(argv, cwd, env, stdout, stderr, pass_fds)
     except BaseException:
-        os.close(out_read)
-        os.close(err_read)
+        for fd in pipes.values():
+            os.close(fd)
         raise
     finally:
-        os.close(out_write)  # the child holds its own copies: the pipes end when it (and what it started) let go
-        os.close(err_write)
+        for fd in ends:  # the pipes end when the child (and what it started) let go of its copies
+            os.close(fd)
     rlimits.keeper.pin(process.pid)
-    return Spawned(process, {1: out_read, 2: err_read}, sink)
+    return Spawned(process, pipes, sink or _discard)
 
 
-def _popen(argv: list[str], cwd: str, env: dict[str, str], stdout: int, stderr: int) -> subprocess.Popen[bytes]:
+def _discard(_number: int, _data: bytes) -> None:
+    """The sink of a process whose output is not read (it has no pipes, so this is never called)."""
+
+
+def _popen(
+    argv: list[str], cwd: str | None, env: dict[str, str], stdout: int, stderr: int, pass_fds: tuple[int, ...]
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, start_new_session=True, cwd=cwd, env=env
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr,
+        start_new_session=True,
+        cwd=cwd,
+        env=env,
+        pass_fds=pass_fds,
     )

@@ -9,8 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from mcpserver.executor.interface import ToolFailure
-from mcpserver.executor.remote import ExecutorFault, ExecutorLost
+from mcpserver.executor.interface import ExecutorError
 from mcpserver.services import build_executor
 
 
@@ -34,7 +33,7 @@ class Command(BaseCommand):
         executor, child = build_executor()
         try:
             summary = asyncio.run(executor.prune_output(max_bytes))
-        except (ToolFailure, ExecutorLost, ExecutorFault) as error:
+        except ExecutorError as error:
             raise CommandError(str(error)) from error
         finally:
             if child is not None:
