@@ -7,8 +7,9 @@ application and never reads `request.args`, so both are wasted; Twisted's reques
 
 A shim, pinned with Daphne and Twisted (daphne==4.2.3, Twisted==26.10.0, requirements.lock) and guarded by
 tests/test_daphne_tweaks.py: Daphne's HTTPFactory.buildProtocol makes its channels build requests of the class named
-WebRequest in daphne.http_protocol, and offers no option for the argument. The upstream change that removes it: Daphne's WebRequest passing
-`parsePOSTFormSubmission=False` to twisted.web.http.Request (or an option of Daphne's Server to do so).
+WebRequest in daphne.http_protocol, and offers no option for the argument. The upstream change that removes it:
+Daphne's WebRequest passing `parsePOSTFormSubmission=False` to twisted.web.http.Request (or an option of Daphne's
+Server to do so).
 """
 
 from __future__ import annotations
