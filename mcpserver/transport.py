@@ -12,10 +12,12 @@ emits a notification.
 Each session's transport also reports to its credential's place in the session ledger (mcpserver.sessions): the
 requests it serves, whether one went beyond the handshake, and its end.
 
-The SDK's transport reads `is_json_response_enabled` wherever it chooses between the two; here that is a property,
-true while one chosen POST is handled. It is a context variable set in that POST's own task, so the session's
-message router (a task started by the session's opening request, which never sets it) keeps routing notifications
-to every other request's stream.
+The choice is made in `handle_request`, the transport's public entry point: it reads the POST's body (already read
+and size-limited by the SDK's body limit, which hands it on as one message), decides, and hands the same messages
+to the SDK. The SDK's transport reads its public `is_json_response_enabled` wherever it chooses between the two
+answers; here that is a property, true while one chosen POST is handled. It is a context variable set in that
+POST's own task, so the session's message router (a task started by the session's opening request, which never
+sets it) keeps routing notifications to every other request's stream.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import deque
 from contextvars import ContextVar
 from typing import Any
 
@@ -30,7 +33,7 @@ from mcp.server import streamable_http_manager
 from mcp.server.streamable_http import StreamableHTTPServerTransport, check_accept_headers
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from starlette.requests import Request
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from mcpserver.sessions import OPENING, OpenSession
 
@@ -67,21 +70,23 @@ class SandstormTransport(StreamableHTTPServerTransport):
 
     async def handle_request(self, scope: Scope, receive: Receive, send: Send) -> None:
         entry = self.ledger_entry
-        if entry is None:
-            await super().handle_request(scope, receive, send)
-            return
-        entry.request_started()
+        if entry is not None:
+            entry.request_started()
         try:
-            await super().handle_request(scope, receive, send)
+            if scope["method"] == "POST":
+                await self._handle_post(scope, receive, send)
+            else:
+                await super().handle_request(scope, receive, send)
         finally:
-            entry.request_ended()
+            if entry is not None:
+                entry.request_ended()
 
     async def terminate(self) -> None:
         if self.ledger_entry is not None:
             self.ledger_entry.release()  # before any await: the place is free at once
         await super().terminate()
 
-    @property  # type: ignore[override]
+    @property  # the SDK reads it where it chooses JSON or SSE: here per request
     def is_json_response_enabled(self) -> bool:
         return self._json_for_every_request or _ANSWER_WITH_JSON.get()
 
@@ -89,25 +94,46 @@ class SandstormTransport(StreamableHTTPServerTransport):
     def is_json_response_enabled(self, value: bool) -> None:
         self._json_for_every_request = value
 
-    async def _handle_post_request(self, scope: Scope, request: Request, receive: Receive, send: Send) -> None:
-        # The body is already buffered (the SDK's body-size limit reads it first); the SDK reads the same bytes.
-        if self.ledger_entry is not None and not self.ledger_entry.used:
-            self.ledger_entry.note_body(await request.body())
-        if self._json_for_every_request or check_accept_headers(request) != (True, True):
-            await super()._handle_post_request(scope, request, receive, send)  # as the SDK would, 406 included
-            return
-        if not only_an_answer_can_follow(await request.body()):
-            await super()._handle_post_request(scope, request, receive, send)
+    async def _handle_post(self, scope: Scope, receive: Receive, send: Send) -> None:
+        read, body = await read_body(receive)
+
+        async def replay() -> Message:
+            return read.popleft() if read else await receive()
+
+        if body is not None and self.ledger_entry is not None:
+            self.ledger_entry.note_body(body)
+        if body is None or not self.answers_with_json(scope, body):
+            await super().handle_request(scope, replay, send)  # as the SDK would, its 406 included
             return
         chosen = _ANSWER_WITH_JSON.set(True)
         # Nothing else reads the connection while a JSON answer is awaited: a task listens for the client hanging
         # up, which cancels the request's tool call (mcpserver.endpoint.DisconnectWatch), until it is answered.
         listening = asyncio.ensure_future(_read_until_disconnect(receive))
         try:
-            await super()._handle_post_request(scope, request, receive, send)
+            await super().handle_request(scope, replay, send)
         finally:
             listening.cancel()
             _ANSWER_WITH_JSON.reset(chosen)
+
+    def answers_with_json(self, scope: Scope, body: bytes) -> bool:
+        """Whether this POST gets one JSON body where the SDK would answer with a stream."""
+        if self._json_for_every_request or check_accept_headers(Request(scope)) != (True, True):
+            return False  # the SDK answers as configured, or refuses what the client accepts
+        return only_an_answer_can_follow(body)
+
+
+async def read_body(receive: Receive) -> tuple[deque[Message], bytes | None]:
+    """The messages that carry a request's body, to hand on, and the body, or None if the client hung up first."""
+    read: deque[Message] = deque()
+    body = bytearray()
+    while True:
+        message = await receive()
+        read.append(message)
+        if message["type"] != "http.request":
+            return read, None
+        body += message.get("body", b"")
+        if not message.get("more_body", False):
+            return read, bytes(body)
 
 
 async def _read_until_disconnect(receive: Receive) -> None:
@@ -119,5 +145,16 @@ async def _read_until_disconnect(receive: Receive) -> None:
 
 
 def install() -> None:
-    """Have the SDK's session manager open every session on SandstormTransport (it looks the class up by name)."""
-    streamable_http_manager.StreamableHTTPServerTransport = SandstormTransport  # type: ignore[misc]
+    """Have the SDK's session manager open every session on SandstormTransport.
+
+    A shim, pinned with the SDK (mcp==2.3.0, requirements.lock) and guarded by tests/test_transport_shim.py:
+    StreamableHTTPSessionManager builds a session's transport through the name StreamableHTTPServerTransport in
+    its module and takes no argument to choose the class. The upstream change that removes it: a
+    `transport_factory` argument on StreamableHTTPSessionManager (and Server.streamable_http_app), called with the
+    keyword arguments it now passes to StreamableHTTPServerTransport.
+    """
+    current = getattr(streamable_http_manager, "StreamableHTTPServerTransport", None)
+    if current is not StreamableHTTPServerTransport and current is not SandstormTransport:
+        # Without it the session caps would silently stop applying: refuse to start instead.
+        raise RuntimeError(f"mcp.server.streamable_http_manager no longer builds its transport as expected: {current!r}")
+    streamable_http_manager.StreamableHTTPServerTransport = SandstormTransport  # type: ignore[misc]  # the shim above
