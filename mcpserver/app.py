@@ -10,18 +10,18 @@ from django.conf import settings
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp
 
+from audit import log as audit_log
 from audit.failures import FailureAggregator
-from audit.recorder import WRITER as AUDIT_WRITER
 from mcpserver.asgi import BearerAuthMiddleware, McpEndpoint
 from mcpserver.bodies import JsonBodyGate
+from mcpserver.executor.interface import ToolFailure
+from mcpserver.executor.remote import ExecutorFault, ExecutorLost
 from mcpserver.inflight import IN_FLIGHT
 from mcpserver.instance import sandstorm_version
 from mcpserver.lifecycle import ServerLifecycle
 from mcpserver.origins import HostOriginCheck
 from mcpserver.revocations import RevocationWatcher
 from mcpserver.runner import SessionManagerRunner
-from mcpserver.executor.interface import ToolFailure
-from mcpserver.executor.remote import ExecutorFault, ExecutorLost
 from mcpserver.runtime import Runtime, get_runtime
 from mcpserver.server import build_server
 from mcpserver.sessions import SessionLedger
@@ -90,7 +90,7 @@ def build_mcp_application() -> tuple[ASGIApp, SessionManagerRunner]:
 
     async def stop() -> None:
         await watcher.stop()
-        await asyncio.to_thread(AUDIT_WRITER.close)  # every session has ended: write what is queued
+        await asyncio.to_thread(audit_log.close)  # every session has ended: write what is queued
         await lifecycle.stop()
         if runtime.executor_child is not None:
             await asyncio.to_thread(runtime.executor_child.stop)

@@ -14,7 +14,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from audit.failures import FailureAggregator
-from audit.recorder import Actor, acall_denied, aevent
+from audit.log import Actor, acall_denied, aevent
 from mcpserver.call import principal_actor
 from mcpserver.inflight import IN_FLIGHT
 from mcpserver.instance import INSTANCE_ID

@@ -12,10 +12,9 @@ from django.db import DatabaseError
 
 from audit.anchor import append_anchor
 from audit.budget import AuditBudget
-from audit.chain import chain_head
 from audit.failures import FailureAggregator
 from audit.instances import heartbeat, mark_stopped, recover_interrupted, register_instance
-from audit.recorder import Actor, event
+from audit.log import Actor, chain_head, event
 from mcpserver.instance import INSTANCE_ID
 
 logger = logging.getLogger(__name__)

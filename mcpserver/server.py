@@ -8,15 +8,14 @@ import typing
 from typing import Any
 
 from django.db import DatabaseError
-
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, ToolAnnotations
 
-from audit.recorder import acall_denied
+from audit.log import acall_denied
 from mcpserver.call import actor_for_request, close_dispatch_marker, open_dispatch_marker, principal_from_request
-from mcpserver.instance import INSTANCE_ID
 from mcpserver.dispatch import dispatch
+from mcpserver.instance import INSTANCE_ID
 from mcpserver.registry import TOOLS, ToolSpec
 from mcpserver.tools import ALL_TOOL_MODULES  # noqa: F401  (importing registers the tools)
 

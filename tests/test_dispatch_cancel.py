@@ -8,8 +8,9 @@ from typing import Any
 import anyio
 import pytest
 
+from audit import log
+from audit.log import Actor
 from audit.models import KIND_FINISHED, KIND_STARTED, OUTCOME_CANCELLED, OUTCOME_OK, AuditRecord
-from audit.recorder import WRITER, Actor
 from mcpserver import dispatch
 from mcpserver.registry import ToolSpec
 from mcpserver.results import ToolResult
@@ -34,7 +35,7 @@ def spec(ran: list[dict[str, Any]]) -> ToolSpec:
 @pytest.fixture(autouse=True)
 def _close_writer() -> None:
     yield
-    WRITER.close()
+    log.close()
 
 
 def slow_started(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
