@@ -9,7 +9,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from audit.log.append import append_all
 from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.db import connections
@@ -18,6 +17,7 @@ from django.utils import timezone
 from audit import log
 from audit.anchor import anchor_line, append_anchor, read_anchors
 from audit.log import event
+from audit.log.append import append_all
 from audit.models import KIND_EVENT, AuditRecord, ChainCheckpoint, ChainHead
 from mcpserver.lifecycle import log_chain_head
 from tests.live import LiveServer

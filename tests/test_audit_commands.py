@@ -21,12 +21,12 @@ from typing import Any
 
 import anyio
 import pytest
-from audit.log.append import append_all
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from audit import log
 from audit.log import Actor, call_finished, call_started, event
+from audit.log.append import append_all
 from audit.models import KIND_EVENT, AuditRecord, ChainCheckpoint, ChainHead
 from tests.database import copy_server_database
 from tests.live import LiveServer, mcp_client

@@ -108,7 +108,7 @@ def test_a_row_committed_on_the_callers_thread_is_the_row_the_batch_thread_write
 
 def test_text_values_skip_only_a_conversion_that_would_not_change_them() -> None:
     record = finished_record(started_record(ACTOR, "file_read", {"path": "a"}, "test"), "error", result_text="x\x00y", exit_code=3)
-    record.credential_id = 7  # type: ignore[assignment]  # not a str: converted as the field would
+    record.credential_id = 7  # not a str: converted as the field would
     make_storable(record)
     assert db_values(record, connection) == [field.get_db_prep_save(field.pre_save(record, True), connection) for field in _INSERTED]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -33,7 +34,7 @@ def spec(ran: list[dict[str, Any]]) -> ToolSpec:
 
 
 @pytest.fixture(autouse=True)
-def _close_writer() -> None:
+def _close_writer() -> Iterator[None]:
     yield
     log.close()
 

@@ -84,7 +84,7 @@ def statements_for(database: BaseDatabaseWrapper) -> Statements:
     create_head = (
         f"{database.ops.insert_statement(on_conflict=OnConflict.IGNORE)} {heads} "
         f"({quote('id')}, {quote('mac')}, {quote('last_record_id')}) VALUES (1, %s, 0) "
-        + database.ops.on_conflict_suffix_sql([], OnConflict.IGNORE, None, None)  # type: ignore[arg-type]  # no fields: any conflict
+        + database.ops.on_conflict_suffix_sql([], OnConflict.IGNORE, None, None)  # no fields: any conflict
     ).strip()
     return Statements(
         head=f"SELECT {quote('mac')} FROM {heads} WHERE {quote('id')} = 1{lock}",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hmac
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +34,7 @@ class VerifyResult:
         return self.first_bad_id is None
 
 
-def _rows(chunk: int, after_id: int) -> Iterator[Sequence[Any]]:
+def _rows(chunk: int, after_id: int) -> Generator[Sequence[Any], None, None]:
     """Raw rows of `_COLUMNS` after `after_id`, in id order, as the database cursor returns them."""
     records = AuditRecord.objects.filter(id__gt=after_id).order_by("id")
     sql, params = records.values_list(*_COLUMNS).query.sql_with_params()
