@@ -219,6 +219,26 @@ def test_a_record_while_another_is_being_written_goes_to_the_batch_thread(append
     assert appender.batches == [["first"], ["second", "third"]]
 
 
+def test_the_records_of_a_call_while_another_is_open_go_to_the_batch_thread(appender: Appender) -> None:
+    caller_thread = CallerThreadStandIn(takes=True)
+    writer = AuditWriter(append_all=appender, caller_thread=caller_thread)
+
+    async def two_calls_overlapping() -> None:
+        await writer.awrite(named("a started"), opens_call=True)
+        await writer.awrite(named("b started"), opens_call=True)
+        await writer.awrite(named("a finished"), closes_call=True)
+        await writer.awrite(named("b finished"), closes_call=True)
+        await writer.awrite(named("c started"), opens_call=True)
+
+    try:
+        asyncio.run(two_calls_overlapping())
+    finally:
+        writer.close()
+    # Alone, a call's records are committed on the caller's thread; with another call open, they share commits.
+    assert caller_thread.offered == ["a started", "b finished", "c started"]
+    assert appender.batches == [["b started"], ["a finished"]]
+
+
 def test_a_record_the_callers_thread_cannot_take_is_written_by_the_batch_thread(appender: Appender) -> None:
     caller_thread = CallerThreadStandIn(takes=False)
     writer = AuditWriter(append_all=appender, caller_thread=caller_thread)

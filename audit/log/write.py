@@ -36,11 +36,12 @@ def event(event_name: str, actor: Actor | None = None, /, *, instance_id: str = 
 
 async def acall_started(actor: Actor, tool: str, arguments: dict[str, Any], instance_id: str) -> AuditRecord:
     """Commit the started record; the caller must not run the tool if this raises."""
-    return await current().awrite(functools.partial(started_record, actor, tool, arguments, instance_id))
+    build = functools.partial(started_record, actor, tool, arguments, instance_id)
+    return await current().awrite(build, opens_call=True)
 
 
 async def acall_finished(started: AuditRecord, outcome: str, **result: Any) -> AuditRecord:
-    return await current().awrite(functools.partial(finished_record, started, outcome, **result))
+    return await current().awrite(functools.partial(finished_record, started, outcome, **result), closes_call=True)
 
 
 async def acall_denied(actor: Actor, tool: str, arguments: dict[str, Any], reason: str, instance_id: str) -> AuditRecord:

@@ -2,10 +2,11 @@
 
 `write(record)` is for synchronous callers (views, management commands): the record is committed on the caller's
 thread and Django connection, inside the caller's transaction if there is one. `awrite(build)` is for coroutines:
-the writer decides where the record is committed. When nothing is queued for its batch thread and, on SQLite, the
-write can start at once, on the caller's own thread (audit.log.caller_thread); otherwise by the batch thread, which
-takes every record that waits (up to MAX_BATCH) and appends them in one transaction: one commit, and one wake-up of
-each waiting event loop, per batch.
+the writer decides where the record is committed. A record that has nothing to share a commit with (no other tool
+call is open in this process, nothing is queued for the batch thread) is committed on the caller's own thread if,
+on SQLite, the write can start at once (audit.log.caller_thread). Otherwise the batch thread writes it: it takes
+every record that waits (up to MAX_BATCH) and appends them in one transaction, one commit and one wake-up of each
+waiting event loop per batch, which is what many concurrent calls need.
 
 On the batch thread a record is built there as well (hashing a large argument or result is not the event loop's
 work), by a function the caller passes. A batch that fails is written again record by record, so a record that
@@ -83,6 +84,7 @@ class AuditWriter:
         self._thread: threading.Thread | None = None
         self._lifecycle = threading.Lock()
         self._queued = 0  # records handed to the batch thread and not yet written
+        self._open_calls = 0  # tool calls whose started record was written and whose finished record was not yet
         # A forked child has none of the parent's threads: its first append must start a thread of its own.
         os.register_at_fork(after_in_child=self._forget_thread)
 
@@ -101,10 +103,24 @@ class AuditWriter:
                 self._append_all([record])
         return record
 
-    async def awrite(self, build: Callable[[], AuditRecord]) -> AuditRecord:
-        """Append the record `build()` makes, once it is committed; raises what building or writing it raised."""
-        if self._caller_thread is not None and self._queued == 0:
-            # Nothing waits for the batch thread, so this record has nothing to share a commit with.
+    async def awrite(
+        self, build: Callable[[], AuditRecord], *, opens_call: bool = False, closes_call: bool = False
+    ) -> AuditRecord:
+        """Append the record `build()` makes, once it is committed; raises what building or writing it raised.
+
+        `opens_call`, `closes_call`: the record is a tool call's started or finished record (the writer counts the
+        calls that are open).
+        """
+        if closes_call:
+            self._open_calls = max(0, self._open_calls - 1)
+        record = await self._awrite(build)
+        if opens_call:
+            self._open_calls += 1
+        return record
+
+    async def _awrite(self, build: Callable[[], AuditRecord]) -> AuditRecord:
+        if self._caller_thread is not None and self._queued == 0 and self._open_calls == 0:
+            # No other call is open and nothing waits for the batch thread: nothing to share a commit with.
             record = build()
             if self._caller_thread.try_append(record):
                 return record
@@ -124,6 +140,7 @@ class AuditWriter:
     def _forget_thread(self) -> None:
         self._thread = None
         self._queued = 0
+        self._open_calls = 0
         self._lifecycle = threading.Lock()
 
     def close(self, timeout: float = 30.0) -> None:
