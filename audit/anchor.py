@@ -120,7 +120,7 @@ def _describe(lines: Iterable[int]) -> str:
 
 
 def verify_anchored() -> tuple[VerifyResult, AnchorCheck | None]:
-    """Walk the chain (audit.chain.verify) and, if it verifies, check it against the anchor file.
+    """Walk the chain (audit.log.verify) and, if it verifies, check it against the anchor file.
 
     The file is read before the walk: every head anchored by then was committed by then, so a chain that has not
     lost records reaches it (the walk catches up with records appended meanwhile).
