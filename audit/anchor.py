@@ -18,14 +18,14 @@ import logging
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone as dt_timezone
+from datetime import UTC, datetime
 from hashlib import sha256
 from pathlib import Path
 
 from django.conf import settings
 from django.utils import timezone
 
-from audit.chain import VerifyResult, chain_head, verify
+from audit.log import VerifyResult, chain_head, verify
 from audit.models import AuditRecord, ChainCheckpoint
 
 logger = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ def _hmac(key: bytes, body: str) -> str:
 
 
 def anchor_line(key: bytes, record_id: int, mac: str, at: datetime) -> str:
-    body = f"{VERSION} {at.astimezone(dt_timezone.utc).isoformat(timespec='seconds')} {record_id} {mac}"
+    body = f"{VERSION} {at.astimezone(UTC).isoformat(timespec='seconds')} {record_id} {mac}"
     return f"{body} {_hmac(key, body)}\n"
 
 
@@ -120,7 +120,7 @@ def _describe(lines: Iterable[int]) -> str:
 
 
 def verify_anchored() -> tuple[VerifyResult, AnchorCheck | None]:
-    """Walk the chain (audit.chain.verify) and, if it verifies, check it against the anchor file.
+    """Walk the chain (audit.log.verify) and, if it verifies, check it against the anchor file.
 
     The file is read before the walk: every head anchored by then was committed by then, so a chain that has not
     lost records reaches it (the walk catches up with records appended meanwhile).

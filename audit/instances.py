@@ -10,8 +10,8 @@ from datetime import timedelta
 from django.db import IntegrityError
 from django.utils import timezone
 
+from audit.log import call_finished
 from audit.models import KIND_STARTED, OUTCOME_INTERRUPTED, AuditRecord, ServerInstance
-from audit.recorder import call_finished
 
 logger = logging.getLogger(__name__)
 # An instance that has not checked in for this long is presumed gone (heartbeats come every minute).

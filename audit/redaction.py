@@ -25,7 +25,6 @@ from typing import Any
 import bashlex
 import bashlex.ast
 
-
 MASK = "[REDACTED]"
 SECRET_NAME = r"[A-Za-z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIALS?)[A-Za-z0-9_]*"
 # Inert in every shell context: no quote, `$`, backtick, backslash, blank, operator, glob, brace, tilde or comment.
@@ -145,7 +144,7 @@ def _maskable(text: str, span: _Span, words: _Words | None) -> bool:
 
 
 def _needs_parser(text: str, candidates: list[_Span]) -> bool:
-    """Whether any candidate can be masked only with bashlex's word (parsing costs about 20 µs a character)."""
+    """Whether any candidate can be masked only with bashlex's word (bashlex's parse is slow for every character)."""
     if len(text) > MAX_PARSED_CHARS:
         return False
     return any(span.own_word or not LITERAL.fullmatch(text[span.start : span.end]) for span in candidates)

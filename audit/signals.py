@@ -8,7 +8,7 @@ from django.contrib.auth.signals import user_logged_in, user_login_failed
 from django.dispatch import receiver
 from django.http import HttpRequest
 
-from audit.recorder import Actor, event
+from audit.log import Actor, event
 
 
 def _client(request: HttpRequest | None) -> tuple[str, str]:

@@ -22,7 +22,7 @@ from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from audit.chain import CHAINED_FIELDS, compute_mac, lock_head
+from audit.log import CHAINED_FIELDS, compute_mac, lock_head
 from audit.models import KIND_EVENT, KIND_FINISHED, KIND_STARTED, AuditRecord, ChainHead
 
 SEED_INSTANCE = "bench-seed"

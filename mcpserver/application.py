@@ -13,8 +13,8 @@ from django.conf import settings
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp
 
+from audit import log as audit_log
 from audit.failures import FailureAggregator
-from audit.recorder import WRITER as AUDIT_WRITER
 from mcpserver.authentication import BearerAuthMiddleware
 from mcpserver.bodies import JsonBodyGate
 from mcpserver.endpoint import McpEndpoint
@@ -95,7 +95,7 @@ def build_mcp_application() -> McpApplication:
 
     async def stop() -> None:
         await watcher.stop()
-        await asyncio.to_thread(AUDIT_WRITER.close)  # every session has ended: write what is queued
+        await asyncio.to_thread(audit_log.close)  # every session has ended: write what is queued
         await housekeeping.stop()
         if services.executor_child is not None:
             await asyncio.to_thread(services.executor_child.stop)

@@ -13,7 +13,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from audit.failures import FailureAggregator
-from audit.recorder import Actor, aevent
+from audit.log import Actor, aevent
 from mcpserver.call import PRINCIPAL_KEY, audit_actor
 from mcpserver.dispatch import call_parts, record_denied
 from mcpserver.limits import RateLimiter

@@ -9,7 +9,7 @@ from typing import Any
 
 from mcp.server.mcpserver import Context
 
-from audit.recorder import Actor
+from audit.log import Actor
 from mcpserver.executor.interface import Executor
 from oauth.credentials import Principal
 

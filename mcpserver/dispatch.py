@@ -17,8 +17,8 @@ from django.db import DatabaseError
 from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult
 
+from audit.log import Actor, acall_denied, acall_finished, acall_started
 from audit.models import OUTCOME_CANCELLED, OUTCOME_ERROR, OUTCOME_INTERRUPTED, OUTCOME_OK, OUTCOME_TIMEOUT, AuditRecord
-from audit.recorder import Actor, acall_denied, acall_finished, acall_started
 from mcpserver.call import ToolCall, audit_actor, mark_dispatched, principal_from_request, request_session
 from mcpserver.executor.interface import ToolFailure
 from mcpserver.executor.remote import ExecutorFault, ExecutorLost
@@ -106,7 +106,7 @@ async def run_audited(spec: ToolSpec, call: ToolCall, actor: Actor, arguments: d
         # Shielded: the writer completes a started record even for a caller cancelled meanwhile, so wait for it; the
         # checkpoint below then ends such a call as cancelled, with its finished record, before the tool runs.
         with anyio.CancelScope(shield=True):
-            started = await acall_started(actor, spec.name, arguments, INSTANCE_ID, lone_call=is_lone_call())
+            started = await acall_started(actor, spec.name, arguments, INSTANCE_ID)
     except DatabaseError:
         logger.exception("audit: could not record the start of %s; refusing the call", spec.name)
         return ToolResult.error(AUDIT_UNAVAILABLE)
@@ -121,12 +121,6 @@ async def run_audited(spec: ToolSpec, call: ToolCall, actor: Actor, arguments: d
         raise
     await _finish(started, outcome_of(result), result, began)
     return result
-
-
-def is_lone_call() -> bool:
-    """Whether the calling tool call is the only one running in this process (its records have nothing to share a
-    commit with, so the audit log may write them on this thread)."""
-    return len(IN_FLIGHT) == 1
 
 
 def outcome_of(result: ToolResult) -> str:
@@ -147,7 +141,6 @@ async def _finish(started: AuditRecord, outcome: str, result: ToolResult, began:
         await acall_finished(
             started,
             outcome,
-            lone_call=is_lone_call(),
             result_text=result.text,
             exit_code=result.exit_code,
             duration_ms=duration_ms,

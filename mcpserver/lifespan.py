@@ -26,10 +26,9 @@ from starlette.types import Receive, Scope, Send
 
 from audit.anchor import append_anchor
 from audit.budget import AuditBudget
-from audit.chain import chain_head
 from audit.failures import FailureAggregator
 from audit.instances import heartbeat, mark_stopped, recover_interrupted, register_instance
-from audit.recorder import Actor, event
+from audit.log import Actor, chain_head, event
 from mcpserver.process import INSTANCE_ID
 
 logger = logging.getLogger(__name__)

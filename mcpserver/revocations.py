@@ -25,7 +25,7 @@ from asgiref.sync import sync_to_async
 from django.db import DatabaseError
 from django.utils import timezone
 
-from audit.recorder import aevent
+from audit.log import aevent
 from mcpserver.executor.interface import Executor, ExecutorError
 from mcpserver.inflight import InFlightCalls
 from mcpserver.models import BackgroundProcess

@@ -13,7 +13,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
-from audit.recorder import request_actor
+from audit.log import request_actor
 from oauth import admin_clients  # noqa: F401  (OAuth clients and tokens)
 from oauth.models import BearerToken, CredentialRotation, new_token_secret
 from oauth.tokens import revoke_tokens, save_new_token

@@ -13,7 +13,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from oauth2_provider.models import AccessToken, Application, Grant, IDToken, RefreshToken
 
-from audit.recorder import event, request_actor
+from audit.log import event, request_actor
 from oauth.credentials import application_label
 from oauth.revocation import revoke_access_tokens, revoke_clients
 

@@ -8,7 +8,7 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from oauth2_provider.models import AccessToken, Application, Grant, RefreshToken
 
-from audit.recorder import Actor, event
+from audit.log import Actor, event
 from oauth.credentials import application_label
 from oauth.models import ClientRegistration
 

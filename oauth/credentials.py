@@ -22,7 +22,7 @@ from django.db.models import Model, QuerySet
 from django.utils import timezone
 from oauth2_provider.models import AccessToken
 
-from audit.recorder import Actor, event
+from audit.log import Actor, event
 from oauth.bearer_lookup import CompiledLookup, compile_valid_bearer
 from oauth.models import LAST_USED_PRECISION, SCOPE_ALL, SCOPE_READ, BearerToken, hash_token
 from oauth.steady_tokens import SteadyToken, SteadyTokens

@@ -23,7 +23,7 @@ from oauth2_provider.oauth2_validators import OAuth2Validator
 from oauthlib.common import Request
 from oauthlib.oauth2.rfc6749 import errors
 
-from audit.recorder import Actor, event
+from audit.log import Actor, event
 from oauth.credentials import application_label, oauth_key
 from oauth.models import ClientRegistration, CodeExchange, Revocation
 from oauth.redirects import redirect_uri_refusal

@@ -17,8 +17,7 @@ from django.dispatch import Signal
 from django.utils import timezone
 from oauth2_provider.models import AccessToken, Application, Grant, RefreshToken
 
-from audit.chain import lock_head
-from audit.recorder import Actor, event
+from audit.log import Actor, event, lock_head
 from oauth.credentials import application_label, oauth_key
 from oauth.models import CodeExchange, Revocation
 

@@ -18,7 +18,7 @@ from django.db.models import Q
 from django.utils import timezone
 from oauth2_provider.models import AccessToken, Application, Grant, RefreshToken
 
-from audit.recorder import Actor, event
+from audit.log import Actor, event
 from oauth.credentials import KIND_BEARER, KIND_OAUTH
 from oauth.models import BearerToken, Revocation
 from oauth.revocation import announce, revoke_everything_of

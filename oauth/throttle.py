@@ -36,7 +36,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
-from audit.recorder import Actor, event
+from audit.log import Actor, event
 from oauth.models import KnownLoginAddress, LoginFailure
 
 FREE_FAILURES_PER_PAIR = 5

@@ -10,7 +10,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from audit.recorder import Actor, event
+from audit.log import Actor, event
 from oauth.credentials import bearer_key
 from oauth.models import SCOPE_ALL, BearerToken, Revocation, hash_token, new_token_secret
 from oauth.revocation import announce

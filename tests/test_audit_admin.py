@@ -22,8 +22,8 @@ from django.utils import timezone
 
 from audit.admin import AuditRecordAdmin
 from audit.export import CSV_FIELDS
+from audit.log import Actor, call_denied, call_finished, call_started, event
 from audit.models import KIND_STARTED, AuditRecord
-from audit.recorder import Actor, call_denied, call_finished, call_started, event
 
 pytestmark = pytest.mark.django_db
 

@@ -14,11 +14,11 @@ from django.core.management import CommandError, call_command
 from django.db import connections
 from django.utils import timezone
 
-from audit import chain
+from audit import log
 from audit.anchor import anchor_line, append_anchor, read_anchors
-from audit.append import append_all
+from audit.log import event
+from audit.log.append import append_all
 from audit.models import KIND_EVENT, AuditRecord, ChainCheckpoint, ChainHead
-from audit.recorder import event
 from mcpserver.lifespan import log_chain_head
 from tests.live import LiveServer
 
@@ -50,7 +50,7 @@ def test_deleting_the_newest_records_and_rewinding_the_head_fails_against_the_an
     records = events(10)
     log_chain_head()  # the server's minute tick
     rewind_head_to(records[6])
-    assert chain.verify().ok  # the chain alone cannot tell
+    assert log.verify().ok  # the chain alone cannot tell
     with pytest.raises(CommandError, match=r"FAILED: 3 records missing after the last anchor: the chain ends at record"):
         run("audit_verify")
 
@@ -62,7 +62,7 @@ def test_deleting_the_whole_log_fails_against_the_anchor() -> None:
     AuditRecord.objects.all().delete()
     ChainHead.objects.all().delete()
     ChainCheckpoint.objects.all().delete()
-    assert chain.verify().ok
+    assert log.verify().ok
     with pytest.raises(CommandError, match=f"{records[-1].id} records missing after the last anchor"):
         run("audit_verify")
 

@@ -14,8 +14,8 @@ import httpx2
 import pytest
 
 from audit.budget import AuditBudget, BudgetState, audit_log_bytes, refusal_text
+from audit.log.append import append_all
 from audit.models import KIND_EVENT, AuditRecord
-from audit.append import append_all
 from tests.live import make_server, mcp_client, text_of
 
 FLOOD_CALLS = 1000  # at most; the budget below is reached after about 150

@@ -14,9 +14,9 @@ import pytest
 from django.db import connection, connections
 from django.utils import timezone
 
-from audit import chain, instances
+from audit import instances, log
+from audit.log import Actor, call_finished, call_started, event
 from audit.models import KIND_FINISHED, AuditRecord, ChainHead, ServerInstance
-from audit.recorder import Actor, call_finished, call_started, event
 
 WRITERS = 8
 
@@ -53,11 +53,11 @@ def write_at_once(count: int, write: Callable[[int], object]) -> list[str]:
 def assert_one_unforked_chain(expected: int) -> None:
     records = list(AuditRecord.objects.order_by("id").values_list("id", "prev_mac", "mac"))
     assert len(records) == expected
-    assert records[0][1] == chain.GENESIS_MAC
+    assert records[0][1] == log.GENESIS_MAC
     assert all(current[1] == previous[2] for previous, current in itertools.pairwise(records))
     head = ChainHead.objects.get()
     assert (head.last_record_id, head.mac) == (records[-1][0], records[-1][2])
-    result = chain.verify()
+    result = log.verify()
     assert result.ok and result.checked == expected, result
 
 
@@ -99,7 +99,7 @@ def test_values_postgresql_would_refuse_or_change_are_stored_as_every_database_k
     assert stored[KIND_FINISHED].result_excerpt == "out\ufffdput"
     assert stored["event"].detail == {"values": ["nan", "inf", "-inf", 12345678901234567168, 30.0]}
     assert isinstance(stored["event"].detail["values"][4], float)
-    assert chain.verify().ok
+    assert log.verify().ok
 
 
 @pytest.mark.django_db
@@ -118,4 +118,4 @@ def test_a_call_another_starting_process_already_marked_interrupted_is_left_to_i
     assert instances.recover_interrupted("current") == 0
     finished = AuditRecord.objects.get(started=started)
     assert (finished.outcome, finished.instance_id) == ("interrupted", "other")
-    assert chain.verify().ok
+    assert log.verify().ok

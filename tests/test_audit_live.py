@@ -16,7 +16,17 @@ import psutil
 import pytest
 
 from tests.database import Row
-from tests.live import INITIALIZE, MCP_HEADERS, LiveServer, auth_headers, make_server, mcp_client, poll, running_server, text_of
+from tests.live import (
+    INITIALIZE,
+    MCP_HEADERS,
+    LiveServer,
+    auth_headers,
+    make_server,
+    mcp_client,
+    poll,
+    running_server,
+    text_of,
+)
 
 pytestmark = [pytest.mark.live, pytest.mark.anyio]
 

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from audit import chain
+from audit import log
 from audit.excerpt import excerpt
 from audit.export import call_queryset, call_row, csv_line
+from audit.log import Actor, call_finished, call_started
 from audit.models import REDACTED_KEY, AuditRecord
-from audit.recorder import Actor, call_finished, call_started
 from audit.redaction import MASK, redact, redact_text, redact_text_counted
 
 # Each hides a command (or an expansion) behind a secret-looking name; the whole text must stay in the log.
@@ -89,10 +89,10 @@ def test_a_record_with_a_masked_span_says_where_and_the_chain_covers_that_mark()
     row = call_row(call_queryset().get(pk=started.pk))
     assert row["redacted"] == ["command", "result"]
     assert csv_line(row).rstrip("\r\n").endswith(",command result")
-    assert chain.verify().ok
+    assert log.verify().ok
     # Removing the mark (to pass a masked record off as complete) breaks the chain at that record.
     AuditRecord.objects.filter(pk=started.pk).update(detail=None)
-    result = chain.verify()
+    result = log.verify()
     assert not result.ok and result.first_bad_id == started.pk
 
 

@@ -1,7 +1,9 @@
-"""The audit log's group-commit writer: the records that wait share a transaction, a failure stays with its caller.
+"""The audit log's writer: where it commits a record, the records that wait share a transaction, a failure stays
+with its caller.
 
-The first tests give the writer a stand-in for the chain's append_all, to hold a batch or refuse one record; the
-last write through the real chain, on whichever database the suite runs on.
+The first tests give the writer a stand-in for the chain's append_all, to hold a batch or refuse one record, and
+for the caller-thread appender, to see when the writer tries it; the last write through the real chain, on
+whichever database the suite runs on.
 """
 
 from __future__ import annotations
@@ -9,20 +11,19 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 from django.db import IntegrityError, OperationalError
 
-import audit.append
-from audit import chain
+from audit import log
+from audit.log import Actor, acall_finished, acall_started, aevent, event
+from audit.log.writer import AuditWriter
 from audit.models import KIND_FINISHED, KIND_STARTED, AuditRecord
-from audit.recorder import WRITER, Actor, acall_finished, acall_started, aevent, event
-from audit.writer import AuditWriter
 
 
 class Appender:
-    """Stands in for audit.append.append_all: notes each batch by event name, numbers the records, refuses on request."""
+    """Stands in for audit.log.append.append_all: notes each batch by event name, numbers the records, refuses on request."""
 
     def __init__(self, refuse: Callable[[Sequence[AuditRecord]], Exception | None] = lambda records: None) -> None:
         self.batches: list[list[str]] = []
@@ -50,9 +51,9 @@ def named(name: str) -> Callable[[], AuditRecord]:
 async def held_then_queued(writer: AuditWriter, appender: Appender, names: list[str]) -> list[object]:
     """Append "first" and hold its transaction until `names` are all queued behind it; what each append gave."""
     appender.hold.clear()
-    first = asyncio.ensure_future(writer.append(named("first")))
+    first = asyncio.ensure_future(writer.awrite(named("first")))
     await asyncio.to_thread(appender.holding.wait, 10)
-    rest = [asyncio.ensure_future(writer.append(named(name))) for name in names]
+    rest = [asyncio.ensure_future(writer.awrite(named(name))) for name in names]
     await asyncio.sleep(0.05)  # every append has reached the queue
     appender.hold.set()
     return await asyncio.gather(first, *rest, return_exceptions=True)
@@ -64,8 +65,8 @@ def appender() -> Appender:
 
 
 @pytest.fixture
-def writer(appender: Appender) -> AuditWriter:
-    writer = AuditWriter(appender, threading.Lock(), max_batch=8)
+def writer(appender: Appender) -> Iterator[AuditWriter]:
+    writer = AuditWriter(append_all=appender, max_batch=8)
     yield writer
     writer.close()
 
@@ -81,7 +82,7 @@ def test_records_that_wait_are_written_together(writer: AuditWriter, appender: A
 
 def test_a_record_alone_is_written_at_once(writer: AuditWriter, appender: Appender) -> None:
     async def one_by_one() -> list[str]:
-        return [(await writer.append(named(f"r{number}"))).event for number in range(3)]
+        return [(await writer.awrite(named(f"r{number}"))).event for number in range(3)]
 
     assert asyncio.run(one_by_one()) == ["r0", "r1", "r2"]
     assert appender.batches == [["r0"], ["r1"], ["r2"]]
@@ -93,36 +94,36 @@ def test_a_record_that_cannot_be_built_fails_only_its_caller(writer: AuditWriter
 
     async def run() -> list[object]:
         appender.hold.clear()
-        first = asyncio.ensure_future(writer.append(named("first")))
+        first = asyncio.ensure_future(writer.awrite(named("first")))
         await asyncio.to_thread(appender.holding.wait, 10)
-        queued = [asyncio.ensure_future(writer.append(build)) for build in (named("a"), broken, named("b"))]
+        queued = [asyncio.ensure_future(writer.awrite(build)) for build in (named("a"), broken, named("b"))]
         await asyncio.sleep(0.05)
         appender.hold.set()
         return await asyncio.gather(first, *queued, return_exceptions=True)
 
     first, a, failed, b = asyncio.run(run())
     assert isinstance(failed, ValueError) and str(failed) == "cannot build this one"
-    assert (a.event, b.event) == ("a", "b")  # type: ignore[union-attr]
+    assert (a.event, b.event) == ("a", "b")  # type: ignore[attr-defined]  # gather() with exceptions gives objects
     assert appender.batches == [["first"], ["a", "b"]]
 
 
 def test_a_record_the_database_refuses_fails_only_its_caller() -> None:
     refusing = Appender(lambda records: IntegrityError("refused") if any(r.event == "bad" for r in records) else None)
-    writer = AuditWriter(refusing, threading.Lock())
+    writer = AuditWriter(append_all=refusing)
     try:
         results = asyncio.run(held_then_queued(writer, refusing, ["a", "bad", "b"]))
     finally:
         writer.close()
     first, a, bad, b = results
     assert isinstance(bad, IntegrityError)
-    assert (first.event, a.event, b.event) == ("first", "a", "b")  # type: ignore[union-attr]
+    assert (first.event, a.event, b.event) == ("first", "a", "b")  # type: ignore[attr-defined]  # as above
     # The batch failed as a whole, then each of its records was written alone.
     assert refusing.batches == [["first"], ["a", "bad", "b"], ["a"], ["bad"], ["b"]]
 
 
 def test_a_database_that_cannot_be_written_fails_the_batch_without_retrying_each_record() -> None:
     locked = Appender(lambda records: OperationalError("database is locked") if len(records) > 1 else None)
-    writer = AuditWriter(locked, threading.Lock())
+    writer = AuditWriter(append_all=locked)
     try:
         first, *rest = asyncio.run(held_then_queued(writer, locked, ["a", "b", "c"]))
     finally:
@@ -135,21 +136,21 @@ def test_a_database_that_cannot_be_written_fails_the_batch_without_retrying_each
 def test_a_cancelled_caller_does_not_withdraw_its_record(writer: AuditWriter, appender: Appender) -> None:
     async def run() -> str:
         appender.hold.clear()
-        waiting = asyncio.ensure_future(writer.append(named("cancelled")))
+        waiting = asyncio.ensure_future(writer.awrite(named("cancelled")))
         await asyncio.to_thread(appender.holding.wait, 10)
         waiting.cancel()
         await asyncio.sleep(0)
         appender.hold.set()
-        return (await writer.append(named("next"))).event
+        return (await writer.awrite(named("next"))).event
 
     assert asyncio.run(run()) == "next"
     assert appender.batches == [["cancelled"], ["next"]]
 
 
 def test_close_writes_what_is_queued_and_a_later_append_starts_again(writer: AuditWriter, appender: Appender) -> None:
-    async def queue_and_close() -> list[asyncio.Future[AuditRecord]]:
+    async def queue_and_close() -> list[asyncio.Task[AuditRecord]]:
         appender.hold.clear()
-        futures = [asyncio.ensure_future(writer.append(named(f"r{number}"))) for number in range(3)]
+        futures = [asyncio.ensure_future(writer.awrite(named(f"r{number}"))) for number in range(3)]
         await asyncio.to_thread(appender.holding.wait, 10)
         appender.hold.set()
         await asyncio.to_thread(writer.close)
@@ -159,7 +160,7 @@ def test_close_writes_what_is_queued_and_a_later_append_starts_again(writer: Aud
     assert [event for batch in appender.batches for event in batch] == ["r0", "r1", "r2"]
     assert not [thread for thread in threading.enumerate() if thread.name == "audit-writer"]
     assert all(future.done() for future in futures)
-    assert asyncio.run(writer.append(named("again"))).event == "again"
+    assert asyncio.run(writer.awrite(named("again"))).event == "again"
 
 
 def test_callers_on_several_event_loops_each_get_their_own_records(writer: AuditWriter, appender: Appender) -> None:
@@ -167,7 +168,7 @@ def test_callers_on_several_event_loops_each_get_their_own_records(writer: Audit
 
     def loop_in_thread(number: int) -> None:
         async def run() -> list[str]:
-            records = await asyncio.gather(*(writer.append(named(f"{number}-{n}")) for n in range(20)))
+            records = await asyncio.gather(*(writer.awrite(named(f"{number}-{n}")) for n in range(20)))
             return [record.event for record in records]
 
         results[number] = asyncio.run(run())
@@ -180,26 +181,107 @@ def test_callers_on_several_event_loops_each_get_their_own_records(writer: Audit
     assert results == {number: [f"{number}-{n}" for n in range(20)] for number in range(4)}
 
 
+class CallerThreadStandIn:
+    """Stands in for the caller-thread appender: notes each record it is offered, and takes it or not."""
+
+    def __init__(self, *, takes: bool) -> None:
+        self.offered: list[str] = []
+        self.takes = takes
+
+    def try_append(self, record: AuditRecord) -> bool:
+        self.offered.append(record.event)
+        return self.takes
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_record_alone_is_committed_on_the_callers_thread_when_it_can_be(appender: Appender) -> None:
+    caller_thread = CallerThreadStandIn(takes=True)
+    writer = AuditWriter(append_all=appender, caller_thread=caller_thread)
+    try:
+        assert asyncio.run(writer.awrite(named("alone"))).event == "alone"
+    finally:
+        writer.close()
+    assert caller_thread.offered == ["alone"] and appender.batches == []
+
+
+def test_a_record_while_another_is_being_written_goes_to_the_batch_thread(appender: Appender) -> None:
+    caller_thread = CallerThreadStandIn(takes=False)  # the first record cannot be committed at once
+    writer = AuditWriter(append_all=appender, caller_thread=caller_thread)
+    try:
+        results = asyncio.run(held_then_queued(writer, appender, ["second", "third"]))
+    finally:
+        writer.close()
+    assert [record.event for record in results] == ["first", "second", "third"]  # type: ignore[attr-defined]
+    # Only the first was offered: the others came while a record was queued, and joined its batch thread.
+    assert caller_thread.offered == ["first"]
+    assert appender.batches == [["first"], ["second", "third"]]
+
+
+def test_the_records_of_a_call_while_another_is_open_go_to_the_batch_thread(appender: Appender) -> None:
+    caller_thread = CallerThreadStandIn(takes=True)
+    writer = AuditWriter(append_all=appender, caller_thread=caller_thread)
+
+    async def two_calls_overlapping() -> None:
+        await writer.awrite(named("a started"), opens_call=True)
+        await writer.awrite(named("b started"), opens_call=True)
+        await writer.awrite(named("a finished"), closes_call=True)
+        await writer.awrite(named("b finished"), closes_call=True)
+        await writer.awrite(named("c started"), opens_call=True)
+
+    try:
+        asyncio.run(two_calls_overlapping())
+    finally:
+        writer.close()
+    # Alone, a call's records are committed on the caller's thread; with another call open, they share commits.
+    assert caller_thread.offered == ["a started", "b finished", "c started"]
+    assert appender.batches == [["b started"], ["a finished"]]
+
+
+def test_a_record_the_callers_thread_cannot_take_is_written_by_the_batch_thread(appender: Appender) -> None:
+    caller_thread = CallerThreadStandIn(takes=False)
+    writer = AuditWriter(append_all=appender, caller_thread=caller_thread)
+    try:
+        record = asyncio.run(writer.awrite(named("refused at once")))
+    finally:
+        writer.close()
+    assert caller_thread.offered == ["refused at once"] and appender.batches == [["refused at once"]]
+    assert record.id == 1
+
+
+def test_the_configured_writer_writes_every_record_until_it_is_reset(appender: Appender) -> None:
+    log.configure(AuditWriter(append_all=appender))
+    try:
+        event("sync")
+        asyncio.run(aevent("async"))
+    finally:
+        log.reset()
+    assert appender.batches == [["sync"], ["async"]]
+
+
 # --- through the real chain -----------------------------------------------------------------------------------------
 
 
 @pytest.fixture
-def real_writer() -> None:
-    yield
-    WRITER.close()  # its thread's database connection is closed with it
+def batch_sizes(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """This process's writer, without the caller-thread path: the size of each batch its thread writes."""
+    sizes: list[int] = []
+    writer = AuditWriter()
+    real_append = writer._append
+
+    def counting(records: list[AuditRecord]) -> None:
+        sizes.append(len(records))
+        real_append(records)
+
+    monkeypatch.setattr(writer, "_append", counting)
+    log.configure(writer)
+    yield sizes
+    log.reset()  # its thread's database connection is closed with it; the next record builds one from the settings
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.usefixtures("real_writer")
-def test_concurrent_calls_keep_one_chain_with_sync_writers_beside_them(monkeypatch: pytest.MonkeyPatch) -> None:
-    batch_sizes: list[int] = []
-    append_all = audit.append.append_all
-
-    def counting(records: Sequence[AuditRecord]) -> None:
-        batch_sizes.append(len(records))
-        append_all(records)
-
-    monkeypatch.setattr(WRITER, "_append_all", counting)
+def test_concurrent_calls_keep_one_chain_with_sync_writers_beside_them(batch_sizes: list[int]) -> None:
     stop_sync = threading.Event()
 
     def sync_writer() -> None:  # the admin or a management command, writing in a thread of its own
@@ -236,7 +318,7 @@ def test_concurrent_calls_keep_one_chain_with_sync_writers_beside_them(monkeypat
     assert {record.started_id for record in finished} == started_ids
     assert all(record.username.startswith("agent-") for record in finished)
     assert AuditRecord.objects.filter(event="agent.done").count() == 30
-    result = chain.verify()
+    result = log.verify()
     assert result.ok, result
     assert sum(batch_sizes) == 330 and max(batch_sizes) > 1  # thirty agents at once: records shared transactions
 
@@ -244,12 +326,12 @@ def test_concurrent_calls_keep_one_chain_with_sync_writers_beside_them(monkeypat
 def test_a_forked_child_starts_a_writer_thread_of_its_own(writer: AuditWriter, appender: Appender) -> None:
     import multiprocessing
 
-    asyncio.run(writer.append(named("in the parent")))  # the parent's thread is running
+    asyncio.run(writer.awrite(named("in the parent")))  # the parent's thread is running
     context = multiprocessing.get_context("fork")
     results = context.Queue()
 
     def child() -> None:
-        record = asyncio.run(asyncio.wait_for(writer.append(named("in the child")), 10))
+        record = asyncio.run(asyncio.wait_for(writer.awrite(named("in the child")), 10))
         results.put(record.event)
         writer.close()
 

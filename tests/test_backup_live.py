@@ -63,7 +63,7 @@ def verify_audit_chain(copy: Path, server: LiveServer, tmp_path: Path) -> subpro
     if (REPO / "audit" / "management" / "commands" / "audit_verify.py").exists():
         argv = ["audit_verify"]
     else:  # until the audit_verify command lands: the same check, through the chain module it will call
-        code = "from audit.chain import verify; r = verify(); print(r); raise SystemExit(0 if r.ok else 1)"
+        code = "from audit.log import verify; r = verify(); print(r); raise SystemExit(0 if r.ok else 1)"
         argv = ["shell", "-c", code]
     return subprocess.run([sys.executable, "manage.py", *argv], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
 

@@ -11,8 +11,8 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
+from audit.log import event
 from audit.models import AuditRecord
-from audit.recorder import event
 from bench.dbtask import seed as seed_task
 from bench.seed import generate, seed
 

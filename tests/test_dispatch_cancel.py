@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
 import pytest
 
+from audit import log
+from audit.log import Actor
 from audit.models import KIND_FINISHED, KIND_STARTED, OUTCOME_CANCELLED, OUTCOME_OK, AuditRecord
-from audit.recorder import WRITER, Actor
 from mcpserver import dispatch
 from mcpserver.registry import ToolSpec
 from mcpserver.results import ToolResult
@@ -32,9 +34,9 @@ def spec(ran: list[dict[str, Any]]) -> ToolSpec:
 
 
 @pytest.fixture(autouse=True)
-def _close_writer() -> None:
+def _close_writer() -> Iterator[None]:
     yield
-    WRITER.close()
+    log.close()
 
 
 def slow_started(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:

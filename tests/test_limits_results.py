@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
+from mcpserver.executor.textsize import json_size
 from mcpserver.limits import ConcurrencyLimiter, RateLimiter
 from mcpserver.results import ToolResult, fit_text, render
-from mcpserver.executor.textsize import json_size
 
 
 class FakeClock:

@@ -3,7 +3,6 @@ refresh-token rotation, and the consent page's protections."""
 
 from __future__ import annotations
 
-
 import httpx2
 import pytest
 

@@ -16,7 +16,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
 from tests.live import LiveServer, running_server
-from tests.oauth_flow import LOOPBACK_REDIRECT, AdminSession, Client as RegisteredClient, mcp_status, query_of, refresh
+from tests.oauth_flow import LOOPBACK_REDIRECT, AdminSession, mcp_status, query_of, refresh
+from tests.oauth_flow import Client as RegisteredClient
 
 pytestmark = [pytest.mark.live]
 

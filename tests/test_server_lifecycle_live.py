@@ -7,8 +7,8 @@ import signal
 from pathlib import Path
 
 import anyio
-import psutil
 import httpx2
+import psutil
 import pytest
 
 from tests.database import end_connections, requires_postgres

@@ -25,7 +25,7 @@ from oauth2_provider.views import AuthorizationView
 from oauth2_provider.views.mixins import OAuthLibMixin
 from oauthlib.oauth2.rfc6749 import errors
 
-from audit.recorder import event, request_actor
+from audit.log import event, request_actor
 from oauth.agent_identity import agent_user
 from oauth.credentials import application_label
 from oauth.models import SCOPE_ALL, SCOPE_READ, ClientRegistration

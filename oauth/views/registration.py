@@ -23,7 +23,7 @@ from oauth2_provider.models import Application
 from oauth2_provider.settings import oauth2_settings
 from oauth2_provider.views import DynamicClientRegistrationManagementView, DynamicClientRegistrationView
 
-from audit.recorder import Actor, event
+from audit.log import Actor, event
 from oauth.credentials import application_label
 from oauth.models import ClientRegistration
 from oauth.redirects import redirect_uri_refusal

@@ -10,7 +10,7 @@ from django.contrib import admin
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.template.response import TemplateResponse
 
-from audit.recorder import request_actor
+from audit.log import request_actor
 from oauth.models import CredentialRotation, Revocation
 from oauth.rotation import preview, rotate_all
 

@@ -4,6 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Q
+
 from oauth.models import BearerToken
 from oauth.tokens import revoke_tokens, shell_actor
 

@@ -1,8 +1,8 @@
-"""Appending records to the chain: three plain SQL statements in one transaction, on any connection.
+"""The SQL of an append: the chain head locked (or created, for an empty chain), the records inserted, the head moved.
 
-`append_all` runs them on Django's connection (the group-commit writer, and synchronous writers); `append_in` is
-their one body, which audit.inline also runs on a connection of its own. Both convert values through Django's
-fields, so a row is the same whichever connection wrote it.
+`append_in` is the one body of an append, on any DB-API cursor in a transaction its caller holds: the writer's on
+Django's connection (`append_all`), and the caller-thread appender's on a SQLite connection of its own. Both convert
+values through Django's fields, so a row is the same whichever connection wrote it.
 """
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import CharField, TextField
+from django.db.models.constants import OnConflict
 
-from audit.chain import CHAINED_FIELDS, JSON_FIELDS, Mac, canonical_bytes, lock_head, record_values
+from audit.log.chain import GENESIS_MAC
+from audit.log.encoding import CHAINED_FIELDS, JSON_FIELDS, Mac, canonical_bytes, record_values
 from audit.models import AuditRecord, ChainHead
 from audit.storable import storable_json, storable_text
 
@@ -34,10 +36,10 @@ def make_storable(record: AuditRecord) -> None:
 
 @dataclass(frozen=True)
 class Statements:
-    """The three statements of an append, written once: compiling them through the ORM cost more CPU than running
-    them (the ORM's select_for_update, save and update were two thirds of an append)."""
+    """The statements of an append, written once as plain SQL rather than compiled by the ORM for each record."""
 
     head: str
+    create_head: str
     insert: str
     update: str
     returning: bool
@@ -46,6 +48,7 @@ class Statements:
         """The same statements for a DB-API connection whose parameter style is not Django's `%s` (sqlite3: `?`)."""
         return Statements(
             self.head.replace("%s", placeholder),
+            self.create_head.replace("%s", placeholder),
             self.insert.replace("%s", placeholder),
             self.update.replace("%s", placeholder),
             self.returning,
@@ -54,7 +57,7 @@ class Statements:
 
 _INSERTED = tuple(field for field in AuditRecord._meta.concrete_fields if not field.primary_key)
 # Text columns store a str exactly as given (CharField and TextField only turn other values into str), so theirs skip
-# the field's conversion, which was most of an append's Python work; every other value still goes through it.
+# the field's conversion; every other value still goes through it.
 _TEXT = tuple(isinstance(field, CharField | TextField) for field in _INSERTED)
 
 
@@ -76,8 +79,16 @@ def statements_for(database: BaseDatabaseWrapper) -> Statements:
     returning = bool(database.features.can_return_columns_from_insert)
     columns = ", ".join(quote(field.column) for field in _INSERTED)
     insert = f"INSERT INTO {records} ({columns}) VALUES ({', '.join(['%s'] * len(_INSERTED))})"
+    # The head of an empty chain, as lock_head() makes it: whoever inserts second waits for the first to commit,
+    # then inserts nothing and locks the first one's row.
+    create_head = (
+        f"{database.ops.insert_statement(on_conflict=OnConflict.IGNORE)} {heads} "
+        f"({quote('id')}, {quote('mac')}, {quote('last_record_id')}) VALUES (1, %s, 0) "
+        + database.ops.on_conflict_suffix_sql([], OnConflict.IGNORE, None, None)  # no fields: any conflict
+    ).strip()
     return Statements(
         head=f"SELECT {quote('mac')} FROM {heads} WHERE {quote('id')} = 1{lock}",
+        create_head=create_head,
         insert=insert + (f" RETURNING {quote('id')}" if returning else ""),
         update=f"UPDATE {heads} SET {quote('mac')} = %s, {quote('last_record_id')} = %s WHERE {quote('id')} = 1",
         returning=returning,
@@ -95,34 +106,30 @@ def _keyed(key: bytes) -> Mac:
 
 
 def append_all(records: Sequence[AuditRecord]) -> None:
-    """Insert `records`, in order, at the head of the chain in one transaction; each gets its id, prev_mac and mac.
-
-    Writers serialize on the ChainHead row, so the chain cannot fork. Holding the lock until commit also means
-    records commit in id order, so a reader that has seen record N has seen every record before it. The statements
-    are lock_head(), save() per record and one update() of the head, as plain SQL.
-    """
+    """Insert `records`, in order, at the head of the chain in one transaction on Django's connection (inside the
+    caller's transaction, if there is one); each gets its id, prev_mac and mac."""
     if not records:
         return
     for record in records:
         make_storable(record)
-    statements = _statements(connection.vendor)
     with transaction.atomic(), connection.cursor() as cursor:
-        if not append_in(cursor, records, statements, connection):
-            lock_head()  # an empty chain: the ORM path creates the head row
-            append_in(cursor, records, statements, connection)
+        append_in(cursor, records, _statements(connection.vendor), connection)
     saved(records, connection.alias)
 
 
-def append_in(cursor: Any, records: Sequence[AuditRecord], statements: Statements, database: BaseDatabaseWrapper) -> bool:
+def append_in(cursor: Any, records: Sequence[AuditRecord], statements: Statements, database: BaseDatabaseWrapper) -> None:
     """The statements of an append of storable records, on `cursor`, in a transaction the caller holds and ends.
 
-    False, with nothing written, if the chain has no head row yet. `database` converts each value as the ORM would
-    for that database (no query: only its operations are used).
+    Writers serialize on the ChainHead row, so the chain cannot fork. Holding the lock until commit also means
+    records commit in id order, so a reader that has seen record N has seen every record before it. `database`
+    converts each value as the ORM would for that database (no query: only its operations are used).
     """
     cursor.execute(statements.head)
     row = cursor.fetchone()
     if row is None:
-        return False
+        cursor.execute(statements.create_head, [GENESIS_MAC])
+        cursor.execute(statements.head)
+        row = cursor.fetchone()
     prev_mac = row[0]
     keyed = _keyed(settings.AUDIT_HMAC_KEY)
     for record in records:
@@ -134,7 +141,6 @@ def append_in(cursor: Any, records: Sequence[AuditRecord], statements: Statement
         else:
             record.id = database.ops.last_insert_id(cursor, AuditRecord._meta.db_table, "id")
     cursor.execute(statements.update, [prev_mac, records[-1].id])
-    return True
 
 
 def saved(records: Sequence[AuditRecord], alias: str) -> None:

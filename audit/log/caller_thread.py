@@ -1,13 +1,11 @@
-"""A lone tool call's records, committed on the caller's own thread (SQLite only).
+"""A record committed on the caller's own thread (the event loop's), SQLite only, when that needs no waiting.
 
-The group-commit writer (audit.writer) pays for its batches with two trips between threads per record: the record
-goes to the writer's thread, and the waiting event loop is woken when it is committed. With one call in flight, as
-when a single agent calls tools one after another, there is nothing to batch and those trips are a third of the
-record's cost. Such a record is written here instead, on the event loop's thread, through a connection of its own,
-but only if the write can start at once: this process's write turn is free and SQLite grants its write lock without
-waiting (busy timeout 0; in WAL mode readers never hold it). Anything else (another writer at work, an empty chain,
-any database error) hands the record to the writer, which waits its turn and reports a failure as it always has.
-So the event loop never waits for a lock, and a record is committed before its caller goes on, as before.
+The writer (audit.log.writer) uses this before it hands a record to its batch thread: the record is written here,
+through a connection of its own, if the write can start at once: this process's write turn is free and SQLite
+grants its write lock without waiting (busy timeout 0; in WAL mode readers never hold it). Anything else (another
+writer at work, any database error) leaves the record to the batch thread, which waits its turn and reports a
+failure as it always has. So the event loop never waits for a lock, and a record is committed before its caller
+goes on.
 
 A commit here does not checkpoint the WAL (copying it into the database and syncing the file would stall the event
 loop); every CHECKPOINT_EVERY commits a short-lived thread of its own runs a passive checkpoint instead.
@@ -23,16 +21,16 @@ import threading
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from audit.append import Statements, append_in, make_storable, saved, statements_for
+from audit.log.append import Statements, append_in, make_storable, saved, statements_for
 from audit.models import AuditRecord
 from audit.sqlite import connection_beside
 
 logger = logging.getLogger(__name__)
-CHECKPOINT_EVERY = 64  # commits; about 14 pages each, so the WAL stays near SQLite's own 1000-page threshold
+CHECKPOINT_EVERY = 64  # commits: chosen so the WAL stays near SQLite's own 1000-page autocheckpoint threshold
 CHECKPOINT_BUSY_TIMEOUT = 5.0  # seconds the checkpoint thread may wait for another checkpointer
 
 
-class InlineAppender:
+class CallerThreadAppender:
     """Appends one record at a time on the calling thread when that needs no waiting; see the module's docstring."""
 
     def __init__(self, turn: threading.Lock, alias: str = "default", checkpoint_every: int = CHECKPOINT_EVERY) -> None:
@@ -70,13 +68,13 @@ class InlineAppender:
             return False  # the write lock is another connection's (SQLITE_BUSY), or the database cannot be opened
         assert self._database is not None and self._statements is not None
         make_storable(record)
+        written = False
         try:
-            written = append_in(connection.cursor(), [record], self._statements, self._database)
-            if written:
-                connection.execute("COMMIT")
+            append_in(connection.cursor(), [record], self._statements, self._database)
+            connection.execute("COMMIT")
+            written = True
         except sqlite3.Error as error:
             logger.warning("audit: could not write a record on the caller's thread (%s); the writer will", error)
-            written = False
         finally:
             if connection.in_transaction:
                 self._roll_back(connection)
