@@ -8,9 +8,54 @@ from typing import Any
 import pytest
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Give every test its one tier (tests/tiers.py): the marker it carries, or that of the fixtures it uses."""
+    from tests.tiers import tier_of
+
+    wrong = []
+    for item in items:
+        markers = {mark.name for mark in item.iter_markers()}
+        try:
+            tier = tier_of(markers, set(getattr(item, "fixturenames", ())))
+        except ValueError as error:
+            wrong.append(f"{item.nodeid} {error}")
+            continue
+        if tier not in markers:
+            item.add_marker(tier)
+    if wrong:
+        raise pytest.UsageError("tests with a wrong tier:\n" + "\n".join(wrong))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Note the tier of the test about to be set up, for tests.tiers.require (before its fixtures start servers)."""
+    from tests import tiers
+
+    tiers.current = next((tier for tier in tiers.TIERS if item.get_closest_marker(tier)), None)
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _quick_password_hashes() -> Iterator[None]:
+    """Passwords of this process's test users hashed quickly: the default hasher takes most of a second a password,
+    spent in every test that signs a user in. Live servers keep their own settings."""
+    from django.test import override_settings
+
+    with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):
+        yield
+
+
+@pytest.fixture
+async def mcp_app(tmp_path: Path, transactional_db: None, anyio_backend: str) -> AsyncIterator[InProcessServer]:
+    """The /mcp application in this process (tests/inprocess.py), with a workspace of this test's own."""
+    from tests.inprocess import serve_in_process
+
+    async with serve_in_process(tmp_path / "workspace") as server:
+        yield server
 
 
 @pytest.fixture(autouse=True)
@@ -74,6 +119,7 @@ from typing import TYPE_CHECKING  # noqa: E402
 if TYPE_CHECKING:
     from mcp import Client
 
+    from tests.inprocess import InProcessServer
     from tests.live import LiveServer
 
 GIT_IDENTITY = {

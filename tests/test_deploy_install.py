@@ -38,6 +38,9 @@ import pytest
 
 from tests.live import REPO, poll
 
+# The installer starts the installed units' server and executor for real (the production wiring, minus systemd).
+pytestmark = [pytest.mark.live]
+
 DOMAIN = "mcp.example.test"
 DEBIAN_12 = 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nNAME="Debian GNU/Linux"\nVERSION_ID="12"\nID=debian\n'
 INSTALL_TIMEOUT = 600  # the first install creates a virtualenv and installs the dependencies from the index
