@@ -99,7 +99,7 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[N
 
 
 @pytest.fixture(scope="session")
-def live_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """One real server for the whole session (Daphne, free port, temporary state dir and workspace)."""
     from tests.live import running_server
 
@@ -121,6 +121,7 @@ if TYPE_CHECKING:
 
     from tests.inprocess import InProcessServer
     from tests.live import LiveServer
+    from tests.oauth_flow import AdminSession
 
 GIT_IDENTITY = {
     "GIT_AUTHOR_NAME": "Sandstorm Test",
@@ -172,7 +173,7 @@ def bare_remote(tmp_path: Path, git_env: dict[str, str]) -> Path:
 
 
 @pytest.fixture(scope="module")
-def browser():  # type: ignore[no-untyped-def]
+def browser() -> Iterator[Any]:
     """Headless Chromium for one module; each test opens its own context.
 
     Module scope, not session: Playwright's sync API keeps an event loop running in this thread while it is open,
@@ -189,7 +190,7 @@ def browser():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def admin_page(browser, live_server):  # type: ignore[no-untyped-def]
+def admin_page(browser: Any, live_server: LiveServer) -> Iterator[Any]:
     """A page of its own browser context, signed in to the admin of the session's live server."""
     from tests.browser import log_in_as_admin
 
@@ -201,7 +202,7 @@ def admin_page(browser, live_server):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="session")
-def oauth_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def oauth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """A server shared by the OAuth modules that neither rotate nor prune (registration rate limit off)."""
     from tests.live import running_server
 
@@ -218,14 +219,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
     drop_databases_made_since(frozenset())
 
-    name = str(settings.DATABASES["default"].get("TEST", {}).get("NAME") or "")
+    test_settings: dict[str, Any] = dict(settings.DATABASES["default"].get("TEST") or {})  # type: ignore[call-overload]  # django-stubs types the entry as object
+    name = str(test_settings.get("NAME") or "")
     if name:
         for suffix in ("-wal", "-shm"):
             Path(name + suffix).unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="module")
-def admin(server):  # type: ignore[no-untyped-def]
+def admin(server: LiveServer) -> Iterator[AdminSession]:
     """An HTTP client logged in as `admin` on the module's `server` (OAuth modules), like a browser would be."""
     from tests.oauth_flow import AdminSession
 

@@ -200,7 +200,7 @@ async def mcp_client(url: str, token: str, *, mode: str = "legacy", headers: dic
     """The official SDK client over streamable HTTP; `mode` "legacy" (handshake + session) or "2026-07-28"."""
     http = httpx2.AsyncClient(headers={**auth_headers(token), **(headers or {})}, timeout=httpx2.Timeout(60, read=330))
     async with http:
-        async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:  # type: ignore[arg-type]
+        async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
             yield client
 
 

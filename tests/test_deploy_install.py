@@ -325,7 +325,7 @@ class Host:
 
     def groups(self) -> dict[str, list[str]]:
         """The pretend group database: each group's members."""
-        return json.loads((self.state / "users.json").read_text())["group"]  # type: ignore[no-any-return]
+        return json.loads((self.state / "users.json").read_text())["group"]
 
     def pid(self, kind: str) -> int | None:
         """The pid of the server or the executor, as the fake systemctl started it."""
