@@ -41,8 +41,8 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="session", autouse=True)
 def _quick_password_hashes() -> Iterator[None]:
-    """Passwords of this process's test users hashed quickly: the default hasher takes most of a second a password,
-    spent in every test that signs a user in. Live servers keep their own settings."""
+    """Passwords of this process's test users hashed quickly: the default hasher is slow on purpose, and the tests
+    that sign a user in would spend most of their time in it. Live servers keep their own settings."""
     from django.test import override_settings
 
     with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):

@@ -69,7 +69,7 @@ async def test_a_session_without_a_request_beyond_the_handshake_is_closed_after_
     unused, used = opened(ledger, "bearer:1"), opened(ledger, "bearer:1")
     unused.note_body(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}')
     used.note_body(b'{"jsonrpc": "2.0", "id": 2, "method": "tools/list"}')
-    with anyio.fail_after(30):  # generous for a loaded machine; closed after some 0.2 s
+    with anyio.fail_after(30):  # a deadline for a loaded machine; the timeout is 0.2 s
         while not unused.closed:
             await anyio.sleep(0.01)
     assert unused.closed and unused.transport.idle_scope.cancel_called  # type: ignore[union-attr]
