@@ -26,9 +26,10 @@ test: venv
 	$(PY) manage.py makemigrations --check --dry-run
 	env -u DATABASE_URL $(PY) -m pytest
 
-# The unit and in-process tiers only (no Daphne, no browser, no installer; tests/tiers.py), without the lint.
+# The unit and in-process tiers only (no Daphne, no browser, no installer; tests/tiers.py), without the lint, on a
+# worker per core (pytest-xdist).
 test-fast: venv
-	env -u DATABASE_URL $(PY) -m pytest -m "unit or inprocess"
+	env -u DATABASE_URL $(PY) -m pytest -m "unit or inprocess" -n auto
 
 # DATABASE_URL=postgres://user:password@host:port/name, a role that may create databases: pytest-django makes the
 # test database beside NAME, and every live server one of its own (sandstorm_live_*); all are dropped afterwards.
