@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-postgres test-systemd bench lint check-python venv clean lock
+.PHONY: run test test-fast test-postgres test-systemd bench lint check-python venv clean lock
 
 check-python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null || \
@@ -25,6 +25,11 @@ run: venv
 test: venv
 	$(PY) manage.py makemigrations --check --dry-run
 	env -u DATABASE_URL $(PY) -m pytest
+
+# The unit and in-process tiers only (no Daphne, no browser, no installer; tests/tiers.py), without the lint, on a
+# worker per core (pytest-xdist).
+test-fast: venv
+	env -u DATABASE_URL $(PY) -m pytest -m "unit or inprocess" -n auto
 
 # DATABASE_URL=postgres://user:password@host:port/name, a role that may create databases: pytest-django makes the
 # test database beside NAME, and every live server one of its own (sandstorm_live_*); all are dropped afterwards.

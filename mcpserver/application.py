@@ -74,10 +74,12 @@ class McpApplication:
     services: Services
 
 
-def build_mcp_application() -> McpApplication:
-    """Build /mcp from the current settings, and register its services for /health and the revocation receiver."""
+def build_mcp_application(services: Services | None = None) -> McpApplication:
+    """Build /mcp from the current settings (with `services`, or ones built from the settings), and register its
+    services for /health and the revocation receiver."""
     install_transport()  # JSON answers where no stream is needed (mcpserver.transport)
-    services = build_services()
+    if services is None:
+        services = build_services()
     server = build_server(sandstorm_version(), services)
     server.streamable_http_app(
         streamable_http_path="/mcp",

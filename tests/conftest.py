@@ -8,9 +8,54 @@ from typing import Any
 import pytest
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Give every test its one tier (tests/tiers.py): the marker it carries, or that of the fixtures it uses."""
+    from tests.tiers import tier_of
+
+    wrong = []
+    for item in items:
+        markers = {mark.name for mark in item.iter_markers()}
+        try:
+            tier = tier_of(markers, set(getattr(item, "fixturenames", ())))
+        except ValueError as error:
+            wrong.append(f"{item.nodeid} {error}")
+            continue
+        if tier not in markers:
+            item.add_marker(tier)
+    if wrong:
+        raise pytest.UsageError("tests with a wrong tier:\n" + "\n".join(wrong))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Note the tier of the test about to be set up, for tests.tiers.require (before its fixtures start servers)."""
+    from tests import tiers
+
+    tiers.current = next((tier for tier in tiers.TIERS if item.get_closest_marker(tier)), None)
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _quick_password_hashes() -> Iterator[None]:
+    """Passwords of this process's test users hashed quickly: the default hasher is slow on purpose, and the tests
+    that sign a user in would spend most of their time in it. Live servers keep their own settings."""
+    from django.test import override_settings
+
+    with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):
+        yield
+
+
+@pytest.fixture
+async def mcp_app(tmp_path: Path, transactional_db: None, anyio_backend: str) -> AsyncIterator[InProcessServer]:
+    """The /mcp application in this process (tests/inprocess.py), with a workspace of this test's own."""
+    from tests.inprocess import serve_in_process
+
+    async with serve_in_process(tmp_path / "workspace") as server:
+        yield server
 
 
 @pytest.fixture(autouse=True)
@@ -54,7 +99,7 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[N
 
 
 @pytest.fixture(scope="session")
-def live_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """One real server for the whole session (Daphne, free port, temporary state dir and workspace)."""
     from tests.live import running_server
 
@@ -74,7 +119,9 @@ from typing import TYPE_CHECKING  # noqa: E402
 if TYPE_CHECKING:
     from mcp import Client
 
+    from tests.inprocess import InProcessServer
     from tests.live import LiveServer
+    from tests.oauth_flow import AdminSession
 
 GIT_IDENTITY = {
     "GIT_AUTHOR_NAME": "Sandstorm Test",
@@ -126,7 +173,7 @@ def bare_remote(tmp_path: Path, git_env: dict[str, str]) -> Path:
 
 
 @pytest.fixture(scope="module")
-def browser():  # type: ignore[no-untyped-def]
+def browser() -> Iterator[Any]:
     """Headless Chromium for one module; each test opens its own context.
 
     Module scope, not session: Playwright's sync API keeps an event loop running in this thread while it is open,
@@ -143,7 +190,7 @@ def browser():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def admin_page(browser, live_server):  # type: ignore[no-untyped-def]
+def admin_page(browser: Any, live_server: LiveServer) -> Iterator[Any]:
     """A page of its own browser context, signed in to the admin of the session's live server."""
     from tests.browser import log_in_as_admin
 
@@ -155,7 +202,7 @@ def admin_page(browser, live_server):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="session")
-def oauth_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def oauth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """A server shared by the OAuth modules that neither rotate nor prune (registration rate limit off)."""
     from tests.live import running_server
 
@@ -172,14 +219,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
     drop_databases_made_since(frozenset())
 
-    name = str(settings.DATABASES["default"].get("TEST", {}).get("NAME") or "")
+    test_settings: dict[str, Any] = dict(settings.DATABASES["default"].get("TEST") or {})  # type: ignore[call-overload]  # django-stubs types the entry as object
+    name = str(test_settings.get("NAME") or "")
     if name:
         for suffix in ("-wal", "-shm"):
             Path(name + suffix).unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="module")
-def admin(server):  # type: ignore[no-untyped-def]
+def admin(server: LiveServer) -> Iterator[AdminSession]:
     """An HTTP client logged in as `admin` on the module's `server` (OAuth modules), like a browser would be."""
     from tests.oauth_flow import AdminSession
 

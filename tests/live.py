@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import httpx2
@@ -21,6 +21,7 @@ import psutil
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from tests import tiers
 from tests.database import ON_POSTGRES, ServerDatabase, new_postgres_database
 
 REPO = Path(__file__).resolve().parent.parent
@@ -136,6 +137,7 @@ class LiveServer:
 
 
 def make_server(root: Path, **overrides: str) -> LiveServer:
+    tiers.require("live", "makes a live server")
     root.mkdir(parents=True, exist_ok=True)
     (root / "workspace").mkdir(exist_ok=True)
     port = free_port()
@@ -198,13 +200,12 @@ async def mcp_client(url: str, token: str, *, mode: str = "legacy", headers: dic
     """The official SDK client over streamable HTTP; `mode` "legacy" (handshake + session) or "2026-07-28"."""
     http = httpx2.AsyncClient(headers={**auth_headers(token), **(headers or {})}, timeout=httpx2.Timeout(60, read=330))
     async with http:
-        async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:  # type: ignore[arg-type]
+        async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
             yield client
 
 
-def text_of(result: object) -> str:
-    content = getattr(result, "content")
-    return "".join(getattr(block, "text", "") for block in content)
+def text_of(result: Any) -> str:
+    return "".join(getattr(block, "text", "") for block in result.content)
 
 
 async def apoll(check: Callable[[], T], deadline: float, what: str) -> T:

@@ -1,11 +1,13 @@
 """The audit log as written by a real server: every call recorded before it runs and after, denials, secrets
-redacted, large values cut, calls of a killed server marked interrupted, fail-closed, security events."""
+redacted, large values cut, calls of a killed server marked interrupted, security events. (Fail-closed, the
+rate-limited call's record and the flood of bad tokens: tests/test_audit_inprocess.py.)"""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import signal
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -16,17 +18,7 @@ import psutil
 import pytest
 
 from tests.database import Row
-from tests.live import (
-    INITIALIZE,
-    MCP_HEADERS,
-    LiveServer,
-    auth_headers,
-    make_server,
-    mcp_client,
-    poll,
-    running_server,
-    text_of,
-)
+from tests.live import LiveServer, make_server, mcp_client, poll
 
 pytestmark = [pytest.mark.live, pytest.mark.anyio]
 
@@ -49,7 +41,9 @@ def token_id(server: LiveServer, name: str) -> str:
 async def test_each_call_has_one_started_and_one_finished_record_with_its_principal(live_server: LiveServer) -> None:
     marker = uuid.uuid4().hex
     async with mcp_client(live_server.mcp_url, live_server.token) as client:
+        began = time.monotonic()
         await client.call_tool("terminal_exec", {"command": f"echo {marker}; exit 3"})
+        elapsed_ms = (time.monotonic() - began) * 1000
     started, finished = records_of_call(live_server, marker)
     assert (started["kind"], finished["kind"]) == ("call.started", "call.finished")
     assert started["id"] < finished["id"] and finished["started_id"] == started["id"]
@@ -61,7 +55,7 @@ async def test_each_call_has_one_started_and_one_finished_record_with_its_princi
         assert record["session_id"] and record["protocol_version"]
     assert json.loads(started["arguments"]) == {"command": f"echo {marker}; exit 3", "cwd": None, "timeout": None}
     assert (finished["outcome"], finished["exit_code"]) == ("error", 3)
-    assert marker in finished["result_excerpt"] and finished["duration_ms"] >= 0
+    assert marker in finished["result_excerpt"] and 0 <= finished["duration_ms"] <= elapsed_ms
 
 
 async def test_a_refused_call_is_recorded_as_denied_with_its_reason(live_server: LiveServer) -> None:
@@ -134,7 +128,7 @@ async def test_concurrent_calls_from_several_clients_keep_one_unforked_chain(liv
     calls = [row for row in rows if row["kind"] != "event"]
     assert len(calls) == 2 * 18
     everything = query(live_server, "SELECT id, prev_mac, mac FROM audit_auditrecord ORDER BY id")
-    assert all(current["prev_mac"] == previous["mac"] for previous, current in zip(everything, everything[1:]))
+    assert all(current["prev_mac"] == previous["mac"] for previous, current in zip(everything, everything[1:], strict=False))
     assert len({row["prev_mac"] for row in everything}) == len(everything)  # no two records chain from one mac
 
 
@@ -155,19 +149,6 @@ async def test_token_creation_and_first_use_are_security_events(live_server: Liv
     used = query(live_server, "SELECT * FROM audit_auditrecord WHERE event='token.first_used' AND CAST(detail AS TEXT) LIKE %s", "%first-use-probe%")
     assert len(used) == 1 and used[0]["client_address"] == "127.0.0.1"
     assert token not in str(tuple(used[0].values()))
-
-
-def test_a_flood_of_bad_tokens_is_recorded_once_then_as_a_count(tmp_path: Path) -> None:
-    with running_server(tmp_path) as server:
-        for attempt in range(5):
-            httpx2.post(server.mcp_url, json={}, headers=auth_headers(f"sst_bogus_{attempt}_xxxxxxxxxxxxxxxx"), timeout=10)
-        immediate = query(server, "SELECT detail FROM audit_auditrecord WHERE event='auth.failed'")
-        assert len(immediate) == 1
-    rows = query(server, "SELECT detail, client_address FROM audit_auditrecord WHERE event='auth.failed' ORDER BY id")
-    assert len(rows) == 2 and rows[1]["client_address"] == "127.0.0.1"
-    assert json.loads(rows[1]["detail"])["count"] == 4
-    assert "sst_bogus" not in json.dumps([tuple(row.values()) for row in rows])
-    assert "audit chain head: record" in server.log()
 
 
 def test_a_call_cut_off_by_a_killed_server_is_marked_interrupted_after_restart(tmp_path: Path) -> None:
@@ -200,49 +181,3 @@ def test_a_call_cut_off_by_a_killed_server_is_marked_interrupted_after_restart(t
         for process in psutil.process_iter(["cmdline"]):
             if marker in " ".join(process.info["cmdline"] or []):
                 process.kill()
-
-
-REFUSE_STARTED_RECORDS = {
-    "sqlite": [
-        "CREATE TRIGGER refuse_audit BEFORE INSERT ON audit_auditrecord "
-        "WHEN NEW.kind = 'call.started' BEGIN SELECT RAISE(ABORT, 'audit disk full'); END"
-    ],
-    "postgresql": [
-        "CREATE FUNCTION refuse_audit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-        "IF NEW.kind = 'call.started' THEN RAISE EXCEPTION 'audit disk full'; END IF; RETURN NEW; END $$",
-        "CREATE TRIGGER refuse_audit BEFORE INSERT ON audit_auditrecord FOR EACH ROW EXECUTE FUNCTION refuse_audit()",
-    ],
-}
-
-
-def test_when_the_started_record_cannot_be_written_the_tool_does_not_run(tmp_path: Path) -> None:
-    with running_server(tmp_path) as server:
-        server.database.execute(*REFUSE_STARTED_RECORDS[server.database.vendor])
-        marker = server.workspace / "should-not-exist"
-
-        async def call() -> Any:
-            async with mcp_client(server.mcp_url, server.token) as client:
-                return await client.call_tool("terminal_exec", {"command": f"touch {marker}"})
-
-        result = anyio.run(call)
-        assert result.is_error and "audit log could not be written" in text_of(result)
-        assert not marker.exists()
-
-
-def test_a_tool_call_refused_by_the_rate_limit_is_recorded_as_denied(tmp_path: Path) -> None:
-    with running_server(tmp_path, SANDSTORM_RATE_LIMIT="2") as server:
-        headers = {**MCP_HEADERS, **auth_headers(server.token), "Mcp-Protocol-Version": "2025-11-25"}
-        opened = httpx2.post(server.mcp_url, json=INITIALIZE, headers=headers, timeout=10)
-        headers["Mcp-Session-Id"] = opened.headers["mcp-session-id"]
-        markers = [uuid.uuid4().hex, uuid.uuid4().hex]
-        statuses = []
-        for number, marker in enumerate(markers):
-            arguments = {"command": f"echo {marker}"}
-            call = {"jsonrpc": "2.0", "id": number, "method": "tools/call", "params": {"name": "terminal_exec", "arguments": arguments}}
-            statuses.append(httpx2.post(server.mcp_url, json=call, headers=headers, timeout=10).status_code)
-        assert statuses == [200, 429]
-        assert records_of_call(server, markers[0])[-1]["outcome"] == "ok"
-        marker = markers[1]
-        started, finished = records_of_call(server, marker)
-        assert started["credential_id"] == token_id(server, "bootstrap")
-        assert finished["outcome"] == "denied" and "rate limit" in finished["reason"]

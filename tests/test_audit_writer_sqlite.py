@@ -181,13 +181,18 @@ def test_an_empty_chain_is_started_on_the_callers_thread(writer: AuditWriter, th
     assert log.verify().ok
 
 
-def test_the_wal_is_checkpointed_though_only_the_callers_thread_commits(writer: AuditWriter) -> None:
+def test_the_wal_is_checkpointed_though_only_the_callers_thread_commits(
+    writer: AuditWriter, caller_thread: CallerThreadAppender
+) -> None:
     wal = Path(f"{database_path()}-wal")
 
     async def calls(count: int) -> None:
         for number in range(count):
             await one_call(writer, f"echo {number}")
-            await asyncio.sleep(0.005)  # room for the checkpoint thread
+            # A checkpoint thread started by this call has finished before the next (a loaded machine may run it late).
+            deadline = time.monotonic() + 30
+            while caller_thread._checkpointing and time.monotonic() < deadline:
+                await asyncio.sleep(0.001)
 
     asyncio.run(calls(20))
     with sqlite3.connect(database_path()) as raw:

@@ -22,6 +22,7 @@ def test_backup_of_a_postgresql_database_says_to_use_pg_dump() -> None:
         sqlite_database(postgres)
 
 
+@pytest.mark.live  # manage.py in a process of its own, with a live server's environment
 @requires_postgres
 def test_backup_against_postgresql_exits_with_the_pg_dump_advice_and_writes_nothing(tmp_path: Path) -> None:
     server = make_server(tmp_path)
@@ -32,6 +33,7 @@ def test_backup_against_postgresql_exits_with_the_pg_dump_advice_and_writes_noth
     assert not list(tmp_path.glob("copy*"))
 
 
+@pytest.mark.live  # manage.py in a process of its own, which starts an executor
 def test_prune_output_removes_old_output_files_and_keeps_recent_ones(tmp_path: Path) -> None:
     server = make_server(tmp_path)
     output = server.workspace / ".sandstorm" / "output"
@@ -46,6 +48,7 @@ def test_prune_output_removes_old_output_files_and_keeps_recent_ones(tmp_path: P
     assert "1 of 2 files removed" in result.stdout
 
 
+@pytest.mark.live  # manage.py in a process of its own, which starts an executor
 def test_prune_output_deletes_the_oldest_files_until_the_directory_is_within_its_budget(tmp_path: Path) -> None:
     server = make_server(tmp_path, SANDSTORM_OUTPUT_MAX_BYTES="250")
     output = server.workspace / ".sandstorm" / "output"
@@ -61,6 +64,7 @@ def test_prune_output_deletes_the_oldest_files_until_the_directory_is_within_its
     assert not list(output.iterdir()) and "2 of 2 files removed; 0 bytes left" in emptied.stdout
 
 
+@pytest.mark.live  # manage.py in a process of its own, which starts an executor
 def test_prune_output_without_an_output_directory_does_nothing(tmp_path: Path) -> None:
     server = make_server(tmp_path)
     result = subprocess.run([sys.executable, "manage.py", "prune_output"], cwd=REPO, env=server.env, capture_output=True, text=True, check=True)

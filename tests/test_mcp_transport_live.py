@@ -91,13 +91,16 @@ async def test_a_json_answer_beside_a_streamed_call_leaves_that_stream_its_progr
     streamed: dict[str, Any] = {}
     async with httpx2.AsyncClient(timeout=30) as http:
 
+        running = live_server.workspace / f"streaming-{uuid.uuid4().hex}"
+        command = f"touch {running}; {SLOW_OUTPUT}"
+
         async def call_with_progress() -> None:
-            response = await http.post(live_server.mcp_url, json=tool_call(20, "terminal_exec", {"command": SLOW_OUTPUT}, "p-20"), headers=session)
+            response = await http.post(live_server.mcp_url, json=tool_call(20, "terminal_exec", {"command": command}, "p-20"), headers=session)
             streamed["type"], streamed["messages"] = response.headers["content-type"], sse_messages(response.text)
 
         async with anyio.create_task_group() as group:
             group.start_soon(call_with_progress)
-            await anyio.sleep(0.3)  # the streamed call is running
+            await apoll(running.exists, 30, what="the streamed call to run")
             for request_id in range(21, 26):
                 plain = await http.post(live_server.mcp_url, json=tool_call(request_id, "terminal_exec", {"command": "true"}), headers=session)
                 assert plain.headers["content-type"] == "application/json"

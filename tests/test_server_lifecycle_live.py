@@ -1,4 +1,5 @@
-"""Servers of their own: rate and concurrency limits, first-run bootstrap, clean shut-down on SIGTERM."""
+"""Servers of their own: first-run bootstrap, clean shut-down on SIGTERM. (The rate and concurrency limits:
+tests/test_mcp_endpoint_inprocess.py and tests/test_tools_inprocess.py.)"""
 
 from __future__ import annotations
 
@@ -16,44 +17,6 @@ from tests.live import INITIALIZE, MCP_HEADERS, auth_headers, make_server, mcp_c
 
 pytestmark = [pytest.mark.live]
 
-
-
-def test_over_the_rate_limit_a_credential_gets_429_with_retry_after(tmp_path: Path) -> None:
-    with running_server(tmp_path, SANDSTORM_RATE_LIMIT="3") as server:
-        other = server.create_token("other")
-        statuses = [
-            httpx2.post(server.mcp_url, json=INITIALIZE, headers={**MCP_HEADERS, **auth_headers(server.token)}, timeout=10)
-            for _ in range(4)
-        ]
-        assert [response.status_code for response in statuses] == [200, 200, 200, 429]
-        retry_after = int(statuses[-1].headers["retry-after"])
-        assert 1 <= retry_after <= 60
-        assert statuses[-1].json()["error"] == "rate_limited"
-        # The limit is per credential: another token is unaffected.
-        fresh = httpx2.post(server.mcp_url, json=INITIALIZE, headers={**MCP_HEADERS, **auth_headers(other)}, timeout=10)
-        assert fresh.status_code == 200
-
-
-@pytest.mark.anyio
-async def test_calls_beyond_the_concurrency_limit_are_refused_while_others_run(tmp_path: Path) -> None:
-    with running_server(tmp_path, SANDSTORM_MAX_CONCURRENT_CALLS="1") as server:
-        marker = server.workspace / "slow-started"
-        async with mcp_client(server.mcp_url, server.token) as client:
-            results: dict[str, object] = {}
-
-            async def slow() -> None:
-                command = f"touch {marker}; sleep 3; echo done"
-                results["slow"] = await client.call_tool("terminal_exec", {"command": command})
-
-            async with anyio.create_task_group() as group:
-                group.start_soon(slow)
-                with anyio.fail_after(10):
-                    while not marker.exists():
-                        await anyio.sleep(0.02)
-                results["second"] = await client.call_tool("terminal_exec", {"command": "echo second"})
-        assert "1 tool calls running" in text_of(results["second"])
-        assert results["second"].is_error  # type: ignore[attr-defined]
-        assert "done" in text_of(results["slow"])
 
 
 def test_bootstrap_prints_secrets_once_and_a_revoked_bootstrap_token_stays_revoked(tmp_path: Path) -> None:
