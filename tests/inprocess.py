@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
-import pytest
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth import get_user_model
