@@ -18,7 +18,7 @@ import logging
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone as dt_timezone
+from datetime import UTC, datetime
 from hashlib import sha256
 from pathlib import Path
 
@@ -46,7 +46,7 @@ def _hmac(key: bytes, body: str) -> str:
 
 
 def anchor_line(key: bytes, record_id: int, mac: str, at: datetime) -> str:
-    body = f"{VERSION} {at.astimezone(dt_timezone.utc).isoformat(timespec='seconds')} {record_id} {mac}"
+    body = f"{VERSION} {at.astimezone(UTC).isoformat(timespec='seconds')} {record_id} {mac}"
     return f"{body} {_hmac(key, body)}\n"
 
 

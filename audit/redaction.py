@@ -25,7 +25,6 @@ from typing import Any
 import bashlex
 import bashlex.ast
 
-
 MASK = "[REDACTED]"
 SECRET_NAME = r"[A-Za-z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIALS?)[A-Za-z0-9_]*"
 # Inert in every shell context: no quote, `$`, backtick, backslash, blank, operator, glob, brace, tilde or comment.
@@ -185,7 +184,7 @@ def redact_text_counted(text: str, *, parse: bool = True) -> Redacted:
 
 
 def redact_text(text: str) -> str:
-    return redact_text_counted(text).value  # type: ignore[no-any-return]
+    return redact_text_counted(text).value
 
 
 def _masks_whole(key: Any, item: Any) -> bool:

@@ -20,6 +20,7 @@ import httpx2
 import psutil
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp_types import CallToolResult
 
 from tests.database import ON_POSTGRES, ServerDatabase, new_postgres_database
 
@@ -43,11 +44,11 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def poll(check: object, deadline: float, interval: float = 0.05, what: str = "condition") -> object:
+def poll(check: Callable[[], T], deadline: float, interval: float = 0.05, what: str = "condition") -> T:
     """Call `check` until it returns something truthy or `deadline` seconds pass (then fail)."""
     end = time.monotonic() + deadline
     while True:
-        value = check()  # type: ignore[operator]
+        value = check()
         if value:
             return value
         if time.monotonic() > end:
@@ -198,13 +199,12 @@ async def mcp_client(url: str, token: str, *, mode: str = "legacy", headers: dic
     """The official SDK client over streamable HTTP; `mode` "legacy" (handshake + session) or "2026-07-28"."""
     http = httpx2.AsyncClient(headers={**auth_headers(token), **(headers or {})}, timeout=httpx2.Timeout(60, read=330))
     async with http:
-        async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:  # type: ignore[arg-type]
+        async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
             yield client
 
 
-def text_of(result: object) -> str:
-    content = getattr(result, "content")
-    return "".join(getattr(block, "text", "") for block in content)
+def text_of(result: CallToolResult) -> str:
+    return "".join(getattr(block, "text", "") for block in result.content)
 
 
 async def apoll(check: Callable[[], T], deadline: float, what: str) -> T:

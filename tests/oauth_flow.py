@@ -11,8 +11,8 @@ import hashlib
 import json
 import secrets
 from dataclasses import dataclass, field
-from typing import Any
 from html.parser import HTMLParser
+from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx2

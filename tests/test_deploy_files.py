@@ -257,7 +257,7 @@ def adapted(tmp_path: Path) -> dict[str, object]:
         [need("caddy"), "adapt", "--adapter", "caddyfile", "--config", str(rendered_caddyfile(tmp_path))],
         capture_output=True, text=True, env=caddy_env(tmp_path), check=True,
     )
-    return json.loads(result.stdout)  # type: ignore[no-any-return]
+    return json.loads(result.stdout)
 
 
 def handlers(config: dict[str, object]) -> list[dict[str, object]]:
@@ -298,7 +298,7 @@ def test_the_proxy_streams_waits_out_the_longest_tool_and_limits_bodies(tmp_path
 
 def test_the_access_log_is_json_without_query_strings_or_credentials(tmp_path: Path) -> None:
     config = adapted(tmp_path)
-    logs = config["logging"]["logs"]  # type: ignore[index]
+    logs = config["logging"]["logs"]
     access = next(log for name, log in logs.items() if name != "default")
     encoder = access["encoder"]
     assert encoder["format"] == "filter" and encoder["wrap"]["format"] == "json"

@@ -322,7 +322,7 @@ class Host:
 
     def groups(self) -> dict[str, list[str]]:
         """The pretend group database: each group's members."""
-        return json.loads((self.state / "users.json").read_text())["group"]  # type: ignore[no-any-return]
+        return json.loads((self.state / "users.json").read_text())["group"]
 
     def pid(self, kind: str) -> int | None:
         """The pid of the server or the executor, as the fake systemctl started it."""
@@ -781,7 +781,7 @@ def test_supported_systems_pass_the_check(tmp_path: Path, repo: Path, os_release
 @pytest.mark.parametrize(("domain", "message"), [(None, "SANDSTORM_DOMAIN is not set"), ("https://mcp.example.com/", "must be a DNS name")])
 def test_a_missing_or_bad_domain_is_refused(tmp_path: Path, repo: Path, domain: str | None, message: str) -> None:
     host = make_host(tmp_path, repo)
-    result = host.install(check=False, SANDSTORM_DOMAIN=domain)  # type: ignore[arg-type]
+    result = host.install(check=False, SANDSTORM_DOMAIN=domain)
     assert result.returncode == 1 and message in result.stderr
     assert changes(host) == [] and not (host.prefix / "etc/sandstorm-mcp.env").exists()
 
@@ -826,7 +826,7 @@ def test_a_first_install_whose_caddy_does_not_answer_fails_without_announcing_it
     assert "Sandstorm is running" not in result.stdout and "Sandstorm is ready" not in result.stdout
     assert "sst_" not in result.stdout + result.stderr
     # The first secrets are not lost: they wait in a file of the admin's alone, named in the last line.
-    kept = Path(re.search(r"are in (\S+) \(yours alone\)", result.stderr).group(1))  # type: ignore[union-attr]
+    kept = Path(re.search(r"are in (\S+) \(yours alone\)", result.stderr).group(1))
     try:
         assert mode(kept) == 0o600 and "Token:      sst_" in kept.read_text()
     finally:

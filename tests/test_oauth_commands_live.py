@@ -8,7 +8,15 @@ import httpx2
 import pytest
 
 from tests.live import LiveServer, running_server
-from tests.oauth_flow import AdminSession, audit_events, hidden_inputs, insert_access_token, obtain_tokens, register, shell
+from tests.oauth_flow import (
+    AdminSession,
+    audit_events,
+    hidden_inputs,
+    insert_access_token,
+    obtain_tokens,
+    register,
+    shell,
+)
 
 pytestmark = [pytest.mark.live]
 

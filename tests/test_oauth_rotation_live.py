@@ -14,8 +14,7 @@ import anyio
 import httpx2
 import pytest
 
-from tests.live import LiveServer, mcp_client, running_server, text_of
-from tests.live import apoll, live_pids_with
+from tests.live import LiveServer, apoll, live_pids_with, mcp_client, running_server, text_of
 from tests.oauth_flow import (
     MCP_HEADERS,
     AdminSession,

@@ -7,8 +7,8 @@ import signal
 from pathlib import Path
 
 import anyio
-import psutil
 import httpx2
+import psutil
 import pytest
 
 from tests.database import end_connections, requires_postgres
@@ -52,7 +52,7 @@ async def test_calls_beyond_the_concurrency_limit_are_refused_while_others_run(t
                         await anyio.sleep(0.02)
                 results["second"] = await client.call_tool("terminal_exec", {"command": "echo second"})
         assert "1 tool calls running" in text_of(results["second"])
-        assert results["second"].is_error  # type: ignore[attr-defined]
+        assert results["second"].is_error
         assert "done" in text_of(results["slow"])
 
 
@@ -102,8 +102,8 @@ async def test_sigterm_shuts_down_cleanly_with_sessions_and_a_call_open(tmp_path
                 with anyio.fail_after(10):
                     while not marker.exists():
                         await anyio.sleep(0.02)
-                server.process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
-                await anyio.to_thread.run_sync(lambda: poll(lambda: server.process.poll() is not None, 20, what="exit"))  # type: ignore[union-attr]
+                server.process.send_signal(signal.SIGTERM)
+                await anyio.to_thread.run_sync(lambda: poll(lambda: server.process.poll() is not None, 20, what="exit"))
                 group.cancel_scope.cancel()
     except* httpx2.TransportError:
         pass  # the client sees the connection of its in-flight call drop; the server's side is what is checked

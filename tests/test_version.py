@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from mcpserver.instance import sandstorm_version
-from mcpserver.server import build_server
+from mcpserver.process import sandstorm_version
+from mcpserver.services import build_services
+from mcpserver.tool_server import build_server
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -34,6 +35,6 @@ def test_the_server_reports_the_package_version() -> None:
 
 @pytest.mark.anyio
 async def test_the_mcp_handshake_names_the_package_version_as_server_info() -> None:
-    async with Client(build_server(sandstorm_version()), mode="legacy") as client:
+    async with Client(build_server(sandstorm_version(), build_services()), mode="legacy") as client:
         info = client.server_info
     assert info is not None and info.name == "sandstorm" and info.version == version("sandstorm-mcp")

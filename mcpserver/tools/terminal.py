@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from mcpserver.background import find_started_process, record_started_process, record_signal
+from mcpserver.background import find_started_process, record_signal, record_started_process
 from mcpserver.call import ToolCall
 from mcpserver.executor.interface import ExecResult, ToolFailure
 from mcpserver.registry import tool

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import getpass
 from dataclasses import dataclass
-from datetime import date, datetime, time, timezone
+from datetime import UTC, date, datetime, time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -103,7 +103,7 @@ class Command(BaseCommand):
         day = parse_day(options["before"])
         if day > django_timezone.now().date():
             raise CommandError(f"--before {day} is in the future; it would remove records not yet written")
-        before = datetime.combine(day, time(), tzinfo=timezone.utc)
+        before = datetime.combine(day, time(), tzinfo=UTC)
         cut = find_cut(before)
         if cut is None:
             self.stdout.write(f"Nothing to prune: no record before {day} (the newest record always stays).")
