@@ -44,7 +44,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def poll(check: Callable[[], T], deadline: float, interval: float = 0.05, what: str = "condition") -> T:
+def poll(check: Callable[[], T | None], deadline: float, interval: float = 0.05, what: str = "condition") -> T:
     """Call `check` until it returns something truthy or `deadline` seconds pass (then fail)."""
     end = time.monotonic() + deadline
     while True:
@@ -207,7 +207,7 @@ def text_of(result: CallToolResult) -> str:
     return "".join(getattr(block, "text", "") for block in result.content)
 
 
-async def apoll(check: Callable[[], T], deadline: float, what: str) -> T:
+async def apoll(check: Callable[[], T | None], deadline: float, what: str) -> T:
     """`poll` for async tests: waits without blocking the event loop the client runs on."""
     end = time.monotonic() + deadline
     while True:

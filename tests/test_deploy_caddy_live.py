@@ -17,6 +17,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import psutil
@@ -65,12 +66,12 @@ def _daphne_on_socket(server: LiveServer, root: Path) -> Iterator[Path]:
     socket.parent.mkdir(parents=True)
     server.manage("bootstrap")
     with server.log_path.open("ab") as log:
-        server.process = subprocess.Popen(
+        process = server.process = subprocess.Popen(
             [sys.executable, "manage.py", "serve", "--unix-socket", str(socket)], cwd=REPO, env=server.env, stdout=log, stderr=subprocess.STDOUT
         )
     try:
-        poll(lambda: socket.exists() or server.process.poll() is not None, 30, what="the server's socket")
-        assert server.process.poll() is None, server.log()
+        poll(lambda: socket.exists() or process.poll() is not None, 30, what="the server's socket")
+        assert process.poll() is None, server.log()
         yield socket
     finally:
         server.stop()
@@ -168,7 +169,7 @@ def test_caddys_access_log_is_json_without_query_strings_or_tokens(stack: tuple[
     server, url, caddy_log = stack
     httpx2.get(f"{url}/health?access_token=query-secret-123", headers={"Authorization": f"Bearer {server.token}"})
 
-    def logged() -> list[dict[str, object]]:
+    def logged() -> list[dict[str, Any]]:  # Caddy's JSON log entries
         lines = [json.loads(line) for line in caddy_log.read_text().splitlines() if line.startswith("{")]
         return [line for line in lines if str(line.get("logger", "")).startswith("http.log.access")]
 

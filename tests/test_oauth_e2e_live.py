@@ -14,6 +14,7 @@ from mcp import Client
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
+from pydantic import AnyUrl
 
 from tests.live import LiveServer, running_server
 from tests.oauth_flow import LOOPBACK_REDIRECT, AdminSession, mcp_status, query_of, refresh
@@ -63,7 +64,7 @@ def provider_for(server: LiveServer, admin: AdminSession, storage: MemoryStorage
 
     metadata = OAuthClientMetadata(
         client_name="SDK end-to-end",
-        redirect_uris=[LOOPBACK_REDIRECT],
+        redirect_uris=[AnyUrl(LOOPBACK_REDIRECT)],
         grant_types=["authorization_code", "refresh_token"],
         response_types=["code"],
         token_endpoint_auth_method="client_secret_post",
@@ -80,7 +81,8 @@ def provider_for(server: LiveServer, admin: AdminSession, storage: MemoryStorage
 @pytest.mark.anyio
 async def test_the_sdk_client_connects_from_nothing_refreshes_and_is_cut_off_by_rotation(server: LiveServer, tmp_path: Path) -> None:
     admin = AdminSession(server)
-    storage, seen = MemoryStorage(), []
+    storage = MemoryStorage()
+    seen: list[str] = []
     provider = provider_for(server, admin, storage, seen)
     requests: list[str] = []
 

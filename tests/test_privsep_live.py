@@ -20,10 +20,12 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 import anyio
 import httpx2
 import pytest
+from mcp_types import CallToolResult
 
 from mcpserver.executor.service import SPAWN_NOTICE_DELAY
 from tests.database import ON_POSTGRES
@@ -66,7 +68,15 @@ def remove_user(name: str) -> None:
     subprocess.run(["userdel", name], check=False, capture_output=True)
 
 
-def as_user(account: pwd.struct_passwd) -> dict[str, object]:
+class RunAs(TypedDict):
+    """The keyword arguments of subprocess.run and Popen that run a child as another account."""
+
+    user: int
+    group: int
+    extra_groups: list[int]
+
+
+def as_user(account: pwd.struct_passwd) -> RunAs:
     return {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
 
 
@@ -229,7 +239,7 @@ async def test_the_agent_cannot_rewrite_the_audit_log(layout: Layout) -> None:
 
 
 async def test_the_agent_cannot_talk_to_the_executor_or_signal_the_server(layout: Layout) -> None:
-    probe = (
+    probe = (  # noqa: UP031 - the probe's source has braces of its own, which format() would need doubled
         "import socket, struct; s = socket.socket(socket.AF_UNIX); s.connect(%r); "
         "body = b'{\"op\":\"ping\",\"args\":{}}'; s.sendall(struct.pack('>I', len(body)) + body); "
         "print(s.recv(4096)[4:].decode())"
@@ -295,7 +305,7 @@ async def test_revoke_token_on_the_shell_stops_the_tokens_background_processes_t
 async def test_a_dead_executor_fails_calls_clearly_and_health_says_so_until_it_is_back(layout: Layout) -> None:
     marker = f"lost-{uuid.uuid4().hex}"
     async with mcp_client(layout.server.mcp_url, layout.server.token) as client:
-        results: list[object] = []
+        results: list[CallToolResult] = []
         async with anyio.create_task_group() as group:
 
             async def call() -> None:

@@ -10,6 +10,7 @@ import anyio
 import httpx2
 import psutil
 import pytest
+from mcp_types import CallToolResult
 
 from tests.database import end_connections, requires_postgres
 from tests.live import INITIALIZE, MCP_HEADERS, auth_headers, make_server, mcp_client, poll, running_server, text_of
@@ -39,7 +40,7 @@ async def test_calls_beyond_the_concurrency_limit_are_refused_while_others_run(t
     with running_server(tmp_path, SANDSTORM_MAX_CONCURRENT_CALLS="1") as server:
         marker = server.workspace / "slow-started"
         async with mcp_client(server.mcp_url, server.token) as client:
-            results: dict[str, object] = {}
+            results: dict[str, CallToolResult] = {}
 
             async def slow() -> None:
                 command = f"touch {marker}; sleep 3; echo done"
@@ -102,8 +103,10 @@ async def test_sigterm_shuts_down_cleanly_with_sessions_and_a_call_open(tmp_path
                 with anyio.fail_after(10):
                     while not marker.exists():
                         await anyio.sleep(0.02)
-                server.process.send_signal(signal.SIGTERM)
-                await anyio.to_thread.run_sync(lambda: poll(lambda: server.process.poll() is not None, 20, what="exit"))
+                process = server.process
+                assert process is not None
+                process.send_signal(signal.SIGTERM)
+                await anyio.to_thread.run_sync(lambda: poll(lambda: process.poll() is not None, 20, what="exit"))
                 group.cancel_scope.cancel()
     except* httpx2.TransportError:
         pass  # the client sees the connection of its in-flight call drop; the server's side is what is checked
