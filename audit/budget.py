@@ -53,7 +53,7 @@ def human(size: int) -> str:
     if size < 1024:
         return f"{size} bytes"
     value = float(size)
-    for unit in ("KiB", "MiB", "GiB"):
+    for unit in ("KiB", "MiB", "GiB"):  # noqa: B007 - the unit the loop stopped at is printed after it
         value /= 1024
         if value < 1024:
             break

@@ -10,6 +10,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from itertools import pairwise
 from typing import Any
 
 from django.conf import settings
@@ -19,6 +20,7 @@ from django.db import connection
 from django.db.models import Count, Func, Max, Q, QuerySet
 from django.db.models.functions import Substr, TruncHour
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
@@ -70,7 +72,7 @@ async def stream_lines(queryset: QuerySet[AuditRecord], export_format: ExportFor
         yield "".join(buffer)
 
 
-def export_calls(request: HttpRequest, export_format: str) -> HttpResponse:
+def export_calls(request: HttpRequest, export_format: str) -> HttpResponseBase:
     """The calls of the changelist with the same query parameters, oldest first, as a download."""
     _require_view_permission(request)
     chosen = FORMATS[export_format]
@@ -86,11 +88,11 @@ def export_calls(request: HttpRequest, export_format: str) -> HttpResponse:
     return response
 
 
-def export_csv(request: HttpRequest) -> HttpResponse:
+def export_csv(request: HttpRequest) -> HttpResponseBase:
     return export_calls(request, "csv")
 
 
-def export_jsonl(request: HttpRequest) -> HttpResponse:
+def export_jsonl(request: HttpRequest) -> HttpResponseBase:
     return export_calls(request, "jsonl")
 
 
@@ -194,7 +196,7 @@ def month_of_calls(calls: QuerySet[AuditRecord], first_day: datetime) -> tuple[C
     starts = [first_day + timedelta(days=offset) for offset in range(31)]
     buckets = [
         (f"{start:%m-%d}", f"{start:%Y-%m-%d}", calls.filter(created_at__gte=start, created_at__lt=end).count())
-        for start, end in zip(starts, starts[1:], strict=False)
+        for start, end in pairwise(starts)
     ]
     per_tool = calls.filter(created_at__gte=first_day).values_list("tool").annotate(n=Count("id")).order_by()
     busiest = sorted(((tool, count) for tool, count in per_tool), key=lambda item: (-item[1], item[0]))[:TOP_TOOLS]

@@ -71,7 +71,7 @@ def env_url(name: str, default: str) -> str:
     if parts.path or parts.query or parts.fragment or parts.username or parts.password:
         raise ImproperlyConfigured(f"{name} must be an origin such as https://mcp.example.com, not {value!r}")
     try:
-        parts.port
+        parts.port  # noqa: B018 - reading it raises ValueError on a port out of range or not a number
     except ValueError:
         raise ImproperlyConfigured(f"{name} has an invalid port: {value!r}") from None
     if parse_authority(parts.netloc) is None:

@@ -10,10 +10,12 @@ the database only through the audit log, which stores NULs as U+FFFD (audit/stor
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.http.request import QueryDict
+from django.http.response import HttpResponseBase
 from django.utils.decorators import sync_and_async_middleware
 
 NUL = "\x00"
@@ -36,20 +38,22 @@ def refusal() -> HttpResponse:
 
 @sync_and_async_middleware
 def refuse_nul_characters(
-    get_response: Callable[[HttpRequest], HttpResponse | Awaitable[HttpResponse]],
-) -> Callable[[HttpRequest], HttpResponse | Awaitable[HttpResponse]]:
+    get_response: Callable[[HttpRequest], HttpResponseBase | Awaitable[HttpResponseBase]],
+) -> Callable[[HttpRequest], HttpResponseBase | Awaitable[HttpResponseBase]]:
     if iscoroutinefunction(get_response):
 
-        async def async_middleware(request: HttpRequest) -> HttpResponse:
+        async def async_middleware(request: HttpRequest) -> HttpResponseBase:
             if holds_nul(request):
                 return refusal()
-            return await get_response(request)  # type: ignore[misc]
+            return await get_response(request)
 
         return async_middleware
 
-    def middleware(request: HttpRequest) -> HttpResponse:
+    sync_get_response = cast(Callable[[HttpRequest], HttpResponseBase], get_response)  # not a coroutine function
+
+    def middleware(request: HttpRequest) -> HttpResponseBase:
         if holds_nul(request):
             return refusal()
-        return get_response(request)  # type: ignore[return-value]
+        return sync_get_response(request)
 
     return middleware

@@ -10,6 +10,7 @@ exports) are not HTML and escape their cells themselves (audit/export.py).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest, HttpResponse
@@ -38,11 +39,13 @@ def visible_control_characters(
     if iscoroutinefunction(get_response):
 
         async def async_middleware(request: HttpRequest) -> HttpResponseBase:
-            return make_page_visible(await get_response(request))  # type: ignore[misc]
+            return make_page_visible(await get_response(request))
 
         return async_middleware
 
+    sync_get_response = cast(Callable[[HttpRequest], HttpResponseBase], get_response)  # not a coroutine function
+
     def middleware(request: HttpRequest) -> HttpResponseBase:
-        return make_page_visible(get_response(request))  # type: ignore[arg-type]
+        return make_page_visible(sync_get_response(request))
 
     return middleware

@@ -13,13 +13,14 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import anyio
 import httpx2
 import psutil
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp_types import CallToolResult
 
 from tests import tiers
 from tests.database import ON_POSTGRES, ServerDatabase, new_postgres_database
@@ -44,11 +45,11 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def poll(check: object, deadline: float, interval: float = 0.05, what: str = "condition") -> object:
+def poll(check: Callable[[], T | None], deadline: float, interval: float = 0.05, what: str = "condition") -> T:
     """Call `check` until it returns something truthy or `deadline` seconds pass (then fail)."""
     end = time.monotonic() + deadline
     while True:
-        value = check()  # type: ignore[operator]
+        value = check()
         if value:
             return value
         if time.monotonic() > end:
@@ -204,11 +205,11 @@ async def mcp_client(url: str, token: str, *, mode: str = "legacy", headers: dic
             yield client
 
 
-def text_of(result: Any) -> str:
+def text_of(result: CallToolResult) -> str:
     return "".join(getattr(block, "text", "") for block in result.content)
 
 
-async def apoll(check: Callable[[], T], deadline: float, what: str) -> T:
+async def apoll(check: Callable[[], T | None], deadline: float, what: str) -> T:
     """`poll` for async tests: waits without blocking the event loop the client runs on."""
     end = time.monotonic() + deadline
     while True:

@@ -85,7 +85,8 @@ def register(server: LiveServer, redirect_uri: str = LOOPBACK_REDIRECT, **metada
     return Client(data["client_id"], data.get("client_secret"), redirect_uri, data)
 
 
-def authorize_url(server: LiveServer, client: Client, challenge: str | None, state: str = "st-1", **extra: str) -> str:
+def authorize_url(server: LiveServer, client: Client, challenge: str | None, state: str = "st-1", **extra: str | None) -> str:
+    """The authorization request's URL; an `extra` of None leaves that parameter out."""
     params = {
         "response_type": "code",
         "client_id": client.client_id,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from typing import Any
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -13,7 +14,7 @@ from starlette.types import Message, Scope
 
 from mcpserver import application, services
 from mcpserver.application import McpApplication, build_mcp_application
-from mcpserver.executor.remote import ExecutorLost
+from mcpserver.executor.remote import ExecutorLost, RemoteExecutor
 from oauth import agent_identity
 from oauth.agent_identity import agent_user, remember_agent_user
 from oauth.credentials import Principal
@@ -96,23 +97,23 @@ def test_without_an_application_built_the_running_services_are_a_clear_error() -
         services.running_services()
 
 
-class AnsweringExecutor:
-    socket_path = "/nowhere"
-    root = "/tmp"
+class AnsweringExecutor(RemoteExecutor):
+    """An executor client whose ping answers `identity` (or is lost, for None) without an executor behind it."""
 
-    def __init__(self, identity: dict[str, object] | None) -> None:
+    def __init__(self, identity: dict[str, Any] | None) -> None:
+        super().__init__("/nowhere", "/tmp")
         self._identity = identity
 
-    async def identity(self) -> dict[str, object]:
+    async def identity(self) -> dict[str, Any]:
         if self._identity is None:
             raise ExecutorLost("no answer")
         return self._identity
 
 
-def announced(identity: dict[str, object] | None) -> str | None:
+def announced(identity: dict[str, Any] | None) -> str | None:
     """What the consent page reads after the start-up announcement of an executor answering `identity`."""
     app = built(LENIENT)
-    stub = dataclasses.replace(app.services, executor=AnsweringExecutor(identity), executor_child=None)  # type: ignore[arg-type]  # a stub of RemoteExecutor's identity()
+    stub = dataclasses.replace(app.services, executor=AnsweringExecutor(identity), executor_child=None)
     asyncio.run(application.announce_executor(stub))
     return agent_user()
 

@@ -6,6 +6,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -43,7 +44,7 @@ async def take_backups_while_loaded(server: LiveServer, token: str, copies: list
                 await anyio.sleep(0.02)
         for copy in copies:
             before = done[0]
-            result = await anyio.to_thread.run_sync(lambda copy=copy: server.manage("backup", str(copy), check=False))
+            result = await anyio.to_thread.run_sync(partial(server.manage, "backup", str(copy), check=False))
             assert result.returncode == 0, result.stderr
             assert "Backed up" in result.stdout
             assert done[0] > before, "no tool call finished while the backup ran"

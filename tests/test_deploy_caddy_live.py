@@ -17,6 +17,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import psutil
@@ -65,12 +66,12 @@ def _daphne_on_socket(server: LiveServer, root: Path) -> Iterator[Path]:
     socket.parent.mkdir(parents=True)
     server.manage("bootstrap")
     with server.log_path.open("ab") as log:
-        server.process = subprocess.Popen(
+        process = server.process = subprocess.Popen(
             [sys.executable, "manage.py", "serve", "--unix-socket", str(socket)], cwd=REPO, env=server.env, stdout=log, stderr=subprocess.STDOUT
         )
     try:
-        poll(lambda: socket.exists() or server.process.poll() is not None, 30, what="the server's socket")  # type: ignore[union-attr]
-        assert server.process.poll() is None, server.log()
+        poll(lambda: socket.exists() or process.poll() is not None, 30, what="the server's socket")
+        assert process.poll() is None, server.log()
         yield socket
     finally:
         server.stop()
@@ -156,11 +157,11 @@ def test_a_forged_x_forwarded_for_is_replaced_by_caddy(stack: tuple[LiveServer, 
     def access_line() -> dict[str, object] | None:
         for line in server.log().splitlines():
             if line.startswith("{") and json.loads(line).get("logger") == "sandstorm.access" and json.loads(line).get("path") == "/health":
-                return json.loads(line)  # type: ignore[no-any-return]
+                return json.loads(line)
         return None
 
     line = poll(access_line, 10, what="the server's access log line")
-    assert line["client"] == "127.0.0.1"  # type: ignore[index]
+    assert line["client"] == "127.0.0.1"
     assert "203.0.113.9" not in server.log()
 
 
@@ -168,12 +169,12 @@ def test_caddys_access_log_is_json_without_query_strings_or_tokens(stack: tuple[
     server, url, caddy_log = stack
     httpx2.get(f"{url}/health?access_token=query-secret-123", headers={"Authorization": f"Bearer {server.token}"})
 
-    def logged() -> list[dict[str, object]]:
+    def logged() -> list[dict[str, Any]]:  # Caddy's JSON log entries
         lines = [json.loads(line) for line in caddy_log.read_text().splitlines() if line.startswith("{")]
         return [line for line in lines if str(line.get("logger", "")).startswith("http.log.access")]
 
-    entries = poll(lambda: [e for e in logged() if e["request"]["uri"] == "/health"], 10, what="Caddy's access log")  # type: ignore[index]
+    entries = poll(lambda: [e for e in logged() if e["request"]["uri"] == "/health"], 10, what="Caddy's access log")
     assert entries
     text = caddy_log.read_text()
     assert "query-secret-123" not in text and server.token not in text
-    assert all("Authorization" not in entry["request"]["headers"] for entry in logged())  # type: ignore[index]
+    assert all("Authorization" not in entry["request"]["headers"] for entry in logged())

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,7 +38,7 @@ def render(template: Path, values: dict[str, str]) -> str:
     text = template.read_text()
     for name, value in values.items():
         text = text.replace(f"@{name}@", value)
-    assert not re.findall(r"@[A-Z_]+@", "\n".join(l for l in text.splitlines() if not l.lstrip().startswith("#"))), template
+    assert not re.findall(r"@[A-Z_]+@", "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))), template
     return text
 
 
@@ -128,7 +129,7 @@ def test_the_service_serves_the_socket_systemd_holds_where_caddy_proxies() -> No
     assert socket["ListenStream"] == ["@RUN_DIR@/daphne.sock"] and socket["WantedBy"] == ["sockets.target"]
     assert "reverse_proxy unix/@RUN_DIR@/daphne.sock {" in (DEPLOY / "Caddyfile").read_text()
     rule = (DEPLOY / "systemd" / "tmpfiles.conf").read_text().splitlines()
-    assert [l for l in rule if l and not l.startswith("#")] == ["d @RUN_DIR@ 0750 @SERVICE_USER@ @CADDY_GROUP@ -"]
+    assert [line for line in rule if line and not line.startswith("#")] == ["d @RUN_DIR@ 0750 @SERVICE_USER@ @CADDY_GROUP@ -"]
     assert unit["User"] == ["@SERVICE_USER@"] and unit["EnvironmentFile"] == ["@ENV_FILE@"]
     assert unit["Restart"] == ["on-failure"] and unit["KillSignal"] == ["SIGTERM"]
     for setting in ("NoNewPrivileges=yes", "PrivateTmp=yes", "ProtectSystem=full", "ProtectHome=yes", "UMask=0077"):
@@ -223,7 +224,7 @@ def test_timers_cover_the_maintenance_jobs() -> None:
 
 
 def test_the_sudoers_rule_allows_only_the_package_manager() -> None:
-    rules = [l for l in (DEPLOY / "sudoers.agent-sudo").read_text().splitlines() if l and not l.startswith(("#", "Defaults"))]
+    rules = [line for line in (DEPLOY / "sudoers.agent-sudo").read_text().splitlines() if line and not line.startswith(("#", "Defaults"))]
     # The agent user's alone: the server's user runs no tools.
     assert rules == ["@AGENT_USER@ ALL=(root) NOPASSWD: /usr/bin/apt-get install -y -- *"]
 
@@ -252,12 +253,12 @@ def test_caddy_validates_the_site_with_a_sample_domain(tmp_path: Path) -> None:
     assert fmt.stdout == caddyfile.read_text(), "deploy/Caddyfile is not in `caddy fmt` form"
 
 
-def adapted(tmp_path: Path) -> dict[str, object]:
+def adapted(tmp_path: Path) -> dict[str, Any]:  # caddy's JSON config
     result = subprocess.run(
         [need("caddy"), "adapt", "--adapter", "caddyfile", "--config", str(rendered_caddyfile(tmp_path))],
         capture_output=True, text=True, env=caddy_env(tmp_path), check=True,
     )
-    return json.loads(result.stdout)  # type: ignore[no-any-return]
+    return json.loads(result.stdout)
 
 
 def handlers(config: dict[str, object]) -> list[dict[str, object]]:
@@ -298,7 +299,7 @@ def test_the_proxy_streams_waits_out_the_longest_tool_and_limits_bodies(tmp_path
 
 def test_the_access_log_is_json_without_query_strings_or_credentials(tmp_path: Path) -> None:
     config = adapted(tmp_path)
-    logs = config["logging"]["logs"]  # type: ignore[index]
+    logs = config["logging"]["logs"]
     access = next(log for name, log in logs.items() if name != "default")
     encoder = access["encoder"]
     assert encoder["format"] == "filter" and encoder["wrap"]["format"] == "json"

@@ -293,8 +293,9 @@ class Host:
     bin: Path
     repo: Path
 
-    def env(self, **extra: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("SANDSTORM_", "DJANGO_", "FAKE_")) and k != "DATABASE_URL"}
+    def env(self, **extra: str | None) -> dict[str, str]:
+        """The installer's environment; an `extra` of None leaves that variable out."""
+        env: dict[str, str | None] = {k: v for k, v in os.environ.items() if not k.startswith(("SANDSTORM_", "DJANGO_", "FAKE_")) and k != "DATABASE_URL"}
         env.update(
             PATH=f"{self.bin}:{os.environ['PATH']}",
             SANDSTORM_PREFIX=str(self.prefix),
@@ -305,7 +306,7 @@ class Host:
         env.update(extra)
         return {k: v for k, v in env.items() if v is not None}
 
-    def install(self, *args: str, check: bool = True, **extra: str) -> subprocess.CompletedProcess[str]:
+    def install(self, *args: str, check: bool = True, **extra: str | None) -> subprocess.CompletedProcess[str]:
         (self.state / "calls.jsonl").write_text("")
         result = subprocess.run(
             ["bash", str(self.repo / "deploy" / "install.sh"), *args],
@@ -784,7 +785,7 @@ def test_supported_systems_pass_the_check(tmp_path: Path, repo: Path, os_release
 @pytest.mark.parametrize(("domain", "message"), [(None, "SANDSTORM_DOMAIN is not set"), ("https://mcp.example.com/", "must be a DNS name")])
 def test_a_missing_or_bad_domain_is_refused(tmp_path: Path, repo: Path, domain: str | None, message: str) -> None:
     host = make_host(tmp_path, repo)
-    result = host.install(check=False, SANDSTORM_DOMAIN=domain)  # type: ignore[arg-type]
+    result = host.install(check=False, SANDSTORM_DOMAIN=domain)
     assert result.returncode == 1 and message in result.stderr
     assert changes(host) == [] and not (host.prefix / "etc/sandstorm-mcp.env").exists()
 
@@ -829,7 +830,9 @@ def test_a_first_install_whose_caddy_does_not_answer_fails_without_announcing_it
     assert "Sandstorm is running" not in result.stdout and "Sandstorm is ready" not in result.stdout
     assert "sst_" not in result.stdout + result.stderr
     # The first secrets are not lost: they wait in a file of the admin's alone, named in the last line.
-    kept = Path(re.search(r"are in (\S+) \(yours alone\)", result.stderr).group(1))  # type: ignore[union-attr]
+    named = re.search(r"are in (\S+) \(yours alone\)", result.stderr)
+    assert named, result.stderr
+    kept = Path(named.group(1))
     try:
         assert mode(kept) == 0o600 and "Token:      sst_" in kept.read_text()
     finally:

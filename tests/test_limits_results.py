@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from mcp_types import TextContent
+
 from mcpserver.executor.textsize import json_size
 from mcpserver.limits import ConcurrencyLimiter, RateLimiter
 from mcpserver.results import ToolResult, fit_text, render
@@ -65,5 +67,6 @@ def test_render_caps_the_serialized_result_with_its_structured_copy() -> None:
 
 def test_render_keeps_a_small_result_whole() -> None:
     rendered = render(ToolResult(text="ok", structured={"exit_code": 0}), 262_144)
-    assert rendered.content[0].text == "ok" and rendered.structured_content == {"exit_code": 0}
+    block = rendered.content[0]
+    assert isinstance(block, TextContent) and block.text == "ok" and rendered.structured_content == {"exit_code": 0}
     assert json.loads(rendered.model_dump_json(by_alias=True))["isError"] is False

@@ -120,9 +120,10 @@ async def test_tools_carry_annotations_and_only_terminal_exec_a_structured_copy(
     async with mcp_client(live_server.mcp_url, live_server.token) as client:
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
         written = await client.call_tool("file_write", {"path": "annotations.txt", "content": "x"})
-    assert tools["file_read"].annotations.read_only_hint is True
-    assert tools["file_delete"].annotations.destructive_hint is True
-    assert tools["terminal_exec"].annotations.read_only_hint is False
+    read, delete, terminal = (tools[name].annotations for name in ("file_read", "file_delete", "terminal_exec"))
+    assert read is not None and read.read_only_hint is True
+    assert delete is not None and delete.destructive_hint is True
+    assert terminal is not None and terminal.read_only_hint is False
     assert all(tool.output_schema is None for tool in tools.values())
     assert written.structured_content is None
 

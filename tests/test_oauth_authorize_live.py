@@ -189,7 +189,7 @@ def test_a_request_for_another_resource_gets_invalid_target(server: LiveServer, 
 
 def test_a_request_without_resource_gets_a_token_for_ours(server: LiveServer, admin: AdminSession, client: Client) -> None:
     verifier, challenge = pkce()
-    location = admin.decide(authorize_url(server, client, challenge, resource=None))  # type: ignore[arg-type]
+    location = admin.decide(authorize_url(server, client, challenge, resource=None))
     token = exchange(server, client, query_of(location)["code"], verifier)
     assert token.status_code == 200
     assert mcp_status(server, token.json()["access_token"]).status_code == 200

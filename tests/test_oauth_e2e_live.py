@@ -14,6 +14,7 @@ from mcp import Client
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
+from pydantic import AnyUrl
 
 from tests.live import LiveServer, running_server
 from tests.oauth_flow import LOOPBACK_REDIRECT, AdminSession, mcp_status, query_of, refresh
@@ -63,7 +64,7 @@ def provider_for(server: LiveServer, admin: AdminSession, storage: MemoryStorage
 
     metadata = OAuthClientMetadata(
         client_name="SDK end-to-end",
-        redirect_uris=[LOOPBACK_REDIRECT],  # type: ignore[list-item]
+        redirect_uris=[AnyUrl(LOOPBACK_REDIRECT)],
         grant_types=["authorization_code", "refresh_token"],
         response_types=["code"],
         token_endpoint_auth_method="client_secret_post",
@@ -80,7 +81,8 @@ def provider_for(server: LiveServer, admin: AdminSession, storage: MemoryStorage
 @pytest.mark.anyio
 async def test_the_sdk_client_connects_from_nothing_refreshes_and_is_cut_off_by_rotation(server: LiveServer, tmp_path: Path) -> None:
     admin = AdminSession(server)
-    storage, seen = MemoryStorage(), []
+    storage = MemoryStorage()
+    seen: list[str] = []
     provider = provider_for(server, admin, storage, seen)
     requests: list[str] = []
 
@@ -88,7 +90,7 @@ async def test_the_sdk_client_connects_from_nothing_refreshes_and_is_cut_off_by_
         requests.append(f"{request.method} {request.url.path}")
 
     http = httpx2.AsyncClient(auth=provider, timeout=httpx2.Timeout(60), event_hooks={"request": [log_request]})
-    async with http, Client(streamable_http_client(server.mcp_url, http_client=http), mode="legacy") as client:  # type: ignore[arg-type]
+    async with http, Client(streamable_http_client(server.mcp_url, http_client=http), mode="legacy") as client:
         assert len((await client.list_tools()).tools) == 20
         # The discovery path the SDK took, from the first 401 on.
         assert requests[:5] == [

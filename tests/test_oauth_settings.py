@@ -56,7 +56,8 @@ def test_each_security_relevant_oauth_setting_is_set_on_purpose(name: str, value
 
 
 def test_the_token_endpoint_accepts_public_and_secret_post_clients() -> None:
-    assert {"none", "client_secret_post"} <= set(settings.OAUTH2_PROVIDER["OAUTH2_TOKEN_ENDPOINT_AUTH_METHODS_SUPPORTED"])
+    methods = settings.OAUTH2_PROVIDER["OAUTH2_TOKEN_ENDPOINT_AUTH_METHODS_SUPPORTED"]
+    assert isinstance(methods, list) and {"none", "client_secret_post"} <= set(methods)
 
 
 def test_issuer_resource_and_lifetimes_come_from_the_environment_exactly(tmp_path: Path) -> None:

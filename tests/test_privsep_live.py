@@ -20,10 +20,12 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 import anyio
 import httpx2
 import pytest
+from mcp_types import CallToolResult
 
 from mcpserver.executor.service import SPAWN_NOTICE_DELAY
 from tests.database import ON_POSTGRES
@@ -66,7 +68,15 @@ def remove_user(name: str) -> None:
     subprocess.run(["userdel", name], check=False, capture_output=True)
 
 
-def as_user(account: pwd.struct_passwd) -> dict[str, object]:
+class RunAs(TypedDict):
+    """The keyword arguments of subprocess.run and Popen that run a child as another account."""
+
+    user: int
+    group: int
+    extra_groups: list[int]
+
+
+def as_user(account: pwd.struct_passwd) -> RunAs:
     return {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
 
 
@@ -81,7 +91,7 @@ class SeparatedServer(LiveServer):
         assert self.account is not None
         command = [self.python, "manage.py", *args]
         return subprocess.run(
-            command, cwd=REPO, env=self.env, capture_output=True, text=True, check=check, timeout=120, **as_user(self.account)  # type: ignore[call-overload]
+            command, cwd=REPO, env=self.env, capture_output=True, text=True, check=check, timeout=120, **as_user(self.account)
         )
 
     def start(self) -> None:
@@ -90,7 +100,7 @@ class SeparatedServer(LiveServer):
         assert bootstrap.returncode == 0, bootstrap.stdout + bootstrap.stderr
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            [self.python, "manage.py", "serve"], cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT, **as_user(self.account)  # type: ignore[call-overload]
+            [self.python, "manage.py", "serve"], cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT, **as_user(self.account)
         )
         poll(self.healthy, START_DEADLINE, what="the server's /health")
 
@@ -109,7 +119,7 @@ class Layout:
         Path(self.socket).unlink(missing_ok=True)  # a killed executor leaves its socket behind
         argv = [self.python, "-m", "mcpserver.executor", "--socket", self.socket, "--workspace", str(self.workspace)]
         argv += ["--allow-uid", self.server_user.pw_name]
-        self.executor = subprocess.Popen(argv, cwd=REPO, env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, **as_user(self.agent))  # type: ignore[call-overload]
+        self.executor = subprocess.Popen(argv, cwd=REPO, env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, **as_user(self.agent))
         poll(lambda: os.path.exists(self.socket), 30, what="the executor's socket")
 
     def stop_executor(self, sig: int = signal.SIGTERM) -> None:
@@ -166,13 +176,13 @@ def layout() -> Iterator[Layout]:
 async def run(layout: Layout, command: str) -> tuple[str, bool]:
     async with mcp_client(layout.server.mcp_url, layout.server.token) as client:
         result = await client.call_tool("terminal_exec", {"command": command})
-    return text_of(result), bool(getattr(result, "is_error"))
+    return text_of(result), bool(result.is_error)
 
 
 async def read(layout: Layout, path: str) -> tuple[str, bool]:
     async with mcp_client(layout.server.mcp_url, layout.server.token) as client:
         result = await client.call_tool("file_read", {"path": path})
-    return text_of(result), bool(getattr(result, "is_error"))
+    return text_of(result), bool(result.is_error)
 
 
 def secret_paths(layout: Layout) -> list[str]:
@@ -229,7 +239,7 @@ async def test_the_agent_cannot_rewrite_the_audit_log(layout: Layout) -> None:
 
 
 async def test_the_agent_cannot_talk_to_the_executor_or_signal_the_server(layout: Layout) -> None:
-    probe = (
+    probe = (  # noqa: UP031 - the probe's source has braces of its own, which format() would need doubled
         "import socket, struct; s = socket.socket(socket.AF_UNIX); s.connect(%r); "
         "body = b'{\"op\":\"ping\",\"args\":{}}'; s.sendall(struct.pack('>I', len(body)) + body); "
         "print(s.recv(4096)[4:].decode())"
@@ -246,7 +256,7 @@ async def test_the_agent_cannot_talk_to_the_executor_or_signal_the_server(layout
 async def test_the_agent_works_in_its_workspace_and_owns_what_it_creates(layout: Layout) -> None:
     async with mcp_client(layout.server.mcp_url, layout.server.token) as client:
         wrote = await client.call_tool("file_write", {"path": "notes/plan.md", "content": "step one\n"})
-        assert not getattr(wrote, "is_error"), text_of(wrote)
+        assert not wrote.is_error, text_of(wrote)
         made = await client.call_tool("terminal_exec", {"command": "echo built > out.txt && cat notes/plan.md"})
         assert "step one" in text_of(made)
         listed = await client.call_tool("file_list", {"path": "."})
@@ -265,7 +275,7 @@ async def test_a_background_process_survives_a_server_restart_and_terminal_kill_
     assert pid in live_pids_with(marker)
     async with mcp_client(layout.server.mcp_url, layout.server.token) as client:
         killed = await client.call_tool("terminal_kill", {"pid": pid})
-    assert not getattr(killed, "is_error"), text_of(killed)
+    assert not killed.is_error, text_of(killed)
     poll(lambda: pid not in live_pids_with(marker), 15, what="the background process to end")
 
 
@@ -295,7 +305,7 @@ async def test_revoke_token_on_the_shell_stops_the_tokens_background_processes_t
 async def test_a_dead_executor_fails_calls_clearly_and_health_says_so_until_it_is_back(layout: Layout) -> None:
     marker = f"lost-{uuid.uuid4().hex}"
     async with mcp_client(layout.server.mcp_url, layout.server.token) as client:
-        results: list[object] = []
+        results: list[CallToolResult] = []
         async with anyio.create_task_group() as group:
 
             async def call() -> None:
@@ -307,11 +317,11 @@ async def test_a_dead_executor_fails_calls_clearly_and_health_says_so_until_it_i
             layout.stop_executor(signal.SIGKILL)
         assert "tool executor stopped during this call" in text_of(results[0])
         refused = await client.call_tool("file_list", {"path": "."})
-        assert getattr(refused, "is_error") and "tool executor is not running" in text_of(refused)
+        assert refused.is_error and "tool executor is not running" in text_of(refused)
         assert httpx2.get(f"{layout.server.url}/health").status_code == 503
         layout.start_executor()  # what systemd's Restart=always does
         back = await client.call_tool("terminal_exec", {"command": "echo back"})
-        assert "back" in text_of(back) and not getattr(back, "is_error")
+        assert "back" in text_of(back) and not back.is_error
     assert httpx2.get(f"{layout.server.url}/health").status_code == 200
     poll(lambda: not live_pids_with(marker), 15, what="the orphaned command to end")
     outcomes = layout.server.database.query(

@@ -82,7 +82,7 @@ def token_pk(server: LiveServer, name: str) -> str:
 
 
 def stopped_pids(server: LiveServer) -> set[int]:
-    return {pid for event in audit_events(server, "credentials.background_stopped") for pid in event["detail"]["pids"]}  # type: ignore[index, union-attr]
+    return {pid for event in audit_events(server, "credentials.background_stopped") for pid in event["detail"]["pids"]}
 
 
 async def assert_stopped_and_audited(server: LiveServer, pid: int, kept: list[int]) -> None:
@@ -109,9 +109,9 @@ async def test_the_admins_revoke_action_stops_the_tokens_background_processes(
     text = run_admin_action(admin, "/admin/oauth/bearertoken/", "revoke", token_pk(server, name))
     assert "Revoked 1 token" in text and "background processes" in text
     await assert_stopped_and_audited(server, pid, kept=[token_b[1]])
-    [event] = [e for e in audit_events(server, "credentials.background_stopped") if pid in e["detail"]["pids"]]  # type: ignore[index, operator]
-    assert event["detail"]["reason"] == "bearer" and event["detail"]["revoked_by"] == "admin"  # type: ignore[index]
-    assert event["detail"]["credentials"] == [f"bearer:{token_pk(server, name)}"]  # type: ignore[index]
+    [event] = [e for e in audit_events(server, "credentials.background_stopped") if pid in e["detail"]["pids"]]
+    assert event["detail"]["reason"] == "bearer" and event["detail"]["revoked_by"] == "admin"
+    assert event["detail"]["credentials"] == [f"bearer:{token_pk(server, name)}"]
 
 
 async def test_revoke_token_on_the_shell_stops_the_tokens_background_processes(server: LiveServer, token_b: tuple[str, int]) -> None:
@@ -177,8 +177,8 @@ async def test_a_reused_refresh_token_stops_the_background_processes_of_its_clie
     pid = await start_background(server, str(rotated.json()["access_token"]))
     assert refresh(server, client, str(tokens["refresh_token"])).status_code == 400  # the reuse
     await assert_stopped_and_audited(server, pid, kept=[token_b[1], kept_pid])
-    [event] = [e for e in audit_events(server, "credentials.background_stopped") if pid in e["detail"]["pids"]]  # type: ignore[index, operator]
-    assert event["detail"]["reason"] == "refresh_reuse"  # type: ignore[index]
+    [event] = [e for e in audit_events(server, "credentials.background_stopped") if pid in e["detail"]["pids"]]
+    assert event["detail"]["reason"] == "refresh_reuse"
 
 
 async def test_a_revocation_in_another_server_process_stops_the_processes_this_one_started(
@@ -193,6 +193,6 @@ async def test_a_revocation_in_another_server_process_stops_the_processes_this_o
         run_admin_action(other_admin, "/admin/oauth/bearertoken/", "revoke", token_pk(server, name))
         other_admin.close()
         await assert_stopped_and_audited(server, pid, kept=[token_b[1]])
-        assert len([e for e in audit_events(server, "credentials.background_stopped") if pid in e["detail"]["pids"]]) == 1  # type: ignore[operator, index]
+        assert len([e for e in audit_events(server, "credentials.background_stopped") if pid in e["detail"]["pids"]]) == 1
     finally:
         replica.stop()

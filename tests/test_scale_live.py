@@ -179,7 +179,7 @@ async def test_self_contained_requests_can_go_to_any_process(servers: list[LiveS
 
     transport = RoundRobin([server.port for server in servers])
     http = httpx2.AsyncClient(transport=transport, headers=auth_headers(servers[0].token), timeout=60)
-    async with http, Client(streamable_http_client(servers[0].mcp_url, http_client=http), mode="2026-07-28") as client:  # type: ignore[arg-type]
+    async with http, Client(streamable_http_client(servers[0].mcp_url, http_client=http), mode="2026-07-28") as client:
         for number in range(2 * PROCESSES):
             result = await client.call_tool("terminal_exec", {"command": f"echo call-{number}"})
             assert not result.is_error and f"call-{number}" in text_of(result)

@@ -65,8 +65,10 @@ async def test_sigterm_shuts_down_cleanly_with_sessions_and_a_call_open(tmp_path
                 with anyio.fail_after(10):
                     while not marker.exists():
                         await anyio.sleep(0.02)
-                server.process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
-                await anyio.to_thread.run_sync(lambda: poll(lambda: server.process.poll() is not None, 20, what="exit"))  # type: ignore[union-attr]
+                process = server.process
+                assert process is not None
+                process.send_signal(signal.SIGTERM)
+                await anyio.to_thread.run_sync(lambda: poll(lambda: process.poll() is not None, 20, what="exit"))
                 group.cancel_scope.cancel()
     except* httpx2.TransportError:
         pass  # the client sees the connection of its in-flight call drop; the server's side is what is checked

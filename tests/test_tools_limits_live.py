@@ -106,7 +106,7 @@ def limited_server() -> Iterator[LiveServer]:
 async def run(server: LiveServer, command: str, timeout: float = 30) -> tuple[str, bool]:
     async with mcp_client(server.mcp_url, server.token) as client:
         result = await client.call_tool("terminal_exec", {"command": command, "timeout": timeout})
-    return text_of(result), bool(getattr(result, "is_error"))
+    return text_of(result), bool(result.is_error)
 
 
 async def test_a_fork_flood_stops_at_the_limit_while_the_server_and_other_commands_keep_working(

@@ -12,6 +12,7 @@ from io import StringIO
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
+from django.http import StreamingHttpResponse
 from django.test import Client
 from oauth2_provider.models import Application
 
@@ -46,9 +47,15 @@ def test_html_keeps_crlf_which_form_line_breaks_are_made_of_but_spells_out_a_lon
     assert make_visible_in_html(f"<td>{RLO}{ESC}</td>") == "<td>⟪U+202E⟫⟪U+001B⟫</td>"
 
 
+def download(client: Client, url: str) -> str:
+    response = client.get(url)
+    assert isinstance(response, StreamingHttpResponse)
+    return stream(response)
+
+
 def test_the_csv_download_spells_out_what_a_command_and_its_output_hid(admin_client: Client) -> None:
     make_call(arguments={"command": COMMAND}, result=f"{TERMINAL_TRICKS}\nsecond line")
-    body = stream(admin_client.get(EXPORT_CSV))
+    body = download(admin_client, EXPORT_CSV)
     assert no_raw_characters(body.replace("\r\n", "\n"))  # the CSV's own line ends are CRLF
     [row] = list(csv.DictReader(io.StringIO(body)))
     assert row["command"] == "echo ⟪U+202E⟫exe.txt; printf '⟪U+001B⟫[2J⟪U+001B⟫]0;owned⟪U+0007⟫⟪U+000D⟫rm -rf / # looks harmless'"
@@ -67,7 +74,7 @@ def test_audit_export_csv_spells_them_out_for_the_terminal_it_is_printed_on() ->
 
 def test_the_jsonl_export_escapes_them_and_keeps_the_exact_value(admin_client: Client) -> None:
     make_call(arguments={"command": COMMAND}, result=f"{TERMINAL_TRICKS}\x85")
-    body = stream(admin_client.get(EXPORT_JSONL))
+    body = download(admin_client, EXPORT_JSONL)
     assert no_raw_characters(body)
     [row] = [json.loads(line) for line in body.splitlines()]
     assert row["arguments"] == {"command": COMMAND}

@@ -23,4 +23,4 @@ class DatabaseWrapper(base.DatabaseWrapper):
                 self.errors_occurred = False
             else:
                 self.close()
-        return super()._cursor(name)
+        return super()._cursor(name)  # type: ignore[misc]  # django-stubs omit _cursor, which Django's wrapper defines

@@ -19,10 +19,11 @@ import anyio
 import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp_types import CallToolResult
 
 
-def text_of(result: object) -> str:
-    return "".join(getattr(block, "text", "") for block in getattr(result, "content"))
+def text_of(result: CallToolResult) -> str:
+    return "".join(getattr(block, "text", "") for block in result.content)
 
 
 async def main(domain: str, ca_file: str, token_file: str, action: str, argument: str) -> int:

@@ -6,7 +6,7 @@ import contextlib
 import os
 import tempfile
 from collections.abc import Callable, Iterator
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -27,7 +27,7 @@ def parse_day(value: str, option: str) -> date:
 
 
 def midnight(day: date) -> datetime:
-    return datetime.combine(day, time(), tzinfo=timezone.utc)
+    return datetime.combine(day, time(), tzinfo=UTC)
 
 
 def calls(since: date | None, until: date | None) -> QuerySet[AuditRecord]:

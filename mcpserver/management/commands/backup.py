@@ -47,13 +47,13 @@ class Command(BaseCommand):
 
 def sqlite_database(database: Mapping[str, Any] | None = None) -> Path:
     """The path of the configured SQLite database; any other engine is refused with what to use instead."""
-    database = settings.DATABASES["default"] if database is None else database
-    if database["ENGINE"] != "django.db.backends.sqlite3":
+    config: Mapping[str, Any] = settings.DATABASES["default"] if database is None else database
+    if config["ENGINE"] != "django.db.backends.sqlite3":
         raise CommandError(
             "backup supports the SQLite database only; for PostgreSQL (DATABASE_URL) use pg_dump, "
             "e.g. pg_dump --format=custom --file=sandstorm.dump \"$DATABASE_URL\""
         )
-    path = Path(database["NAME"])
+    path = Path(config["NAME"])
     if not path.exists():
         raise CommandError(f"the database {path} does not exist yet (run manage.py migrate first)")
     return path
