@@ -30,10 +30,10 @@ class BearerTokenAdmin(admin.ModelAdmin):
     readonly_fields = ["prefix", "created_at", "last_used_at", "revoked_at"]
     actions = ["revoke"]
 
-    def get_fields(self, request: HttpRequest, obj: BearerToken | None = None) -> list[str]:
+    def get_fields(self, request: HttpRequest, obj: BearerToken | None = None) -> tuple[str, ...]:
         if obj is None:
-            return ["name", "user", "scope", "expires_at"]
-        return ["name", "user", "scope", "expires_at", "prefix", "created_at", "last_used_at", "revoked_at"]
+            return ("name", "user", "scope", "expires_at")
+        return ("name", "user", "scope", "expires_at", "prefix", "created_at", "last_used_at", "revoked_at")
 
     def get_readonly_fields(self, request: HttpRequest, obj: BearerToken | None = None) -> list[str]:
         if obj is None:

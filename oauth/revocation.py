@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from typing import Any
 
 from django.db import transaction
 from django.db.models import QuerySet
@@ -61,7 +62,7 @@ def client_keys(application_ids: Iterable[int]) -> set[str]:
     return {oauth_key(application_id, user_id) for application_id, user_id in pairs}
 
 
-def revoke_everything_of(applications: QuerySet[Application]) -> dict[str, int]:
+def revoke_everything_of(applications: QuerySet[Application]) -> dict[str, Any]:
     """Delete the access tokens and pending codes and revoke the refresh tokens of these clients (in bulk)."""
     now = timezone.now()
     return {

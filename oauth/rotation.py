@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.contrib.sessions.models import Session
 from django.db import transaction
 from django.db.models import Q
@@ -70,7 +70,7 @@ def preview(*, keep_bearer: bool = False, keep_session_key: str | None = None) -
 def rotate_all(
     *,
     by: Actor,
-    new_owner: AbstractBaseUser,
+    new_owner: User,
     stop_background: bool = True,
     keep_bearer: bool = False,
     keep_session_key: str | None = None,

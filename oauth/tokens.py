@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import getpass
 from datetime import timedelta
+from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -18,12 +19,12 @@ from oauth.revocation import announce
 BOOTSTRAP_NAME = "bootstrap"
 
 
-def token_detail(token: BearerToken) -> dict[str, object]:
+def token_detail(token: BearerToken) -> dict[str, Any]:
     return {"token_id": token.pk, "name": token.name, "prefix": token.prefix, "owner": token.user.get_username(), "scope": token.scope}
 
 
 def issue_token(
-    user: AbstractBaseUser, name: str, *, scope: str = SCOPE_ALL, expires_days: int | None = None, by: Actor | None = None
+    user: User, name: str, *, scope: str = SCOPE_ALL, expires_days: int | None = None, by: Actor | None = None
 ) -> tuple[BearerToken, str]:
     """Create a token and return it with its secret, which is not stored and cannot be shown again."""
     raw = new_token_secret()
@@ -60,7 +61,7 @@ def shell_actor() -> Actor:
     return Actor(username=getpass.getuser(), credential_kind="shell")
 
 
-def import_bootstrap_token(user: AbstractBaseUser, raw: str) -> bool:
+def import_bootstrap_token(user: User, raw: str) -> bool:
     """Import SANDSTORM_MCP_TOKEN as the token named 'bootstrap'. True if a new row was made.
 
     Matching is by hash, so a revoked bootstrap token stays revoked while the variable still holds it.

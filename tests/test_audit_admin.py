@@ -15,6 +15,7 @@ from asgiref.sync import async_to_sync
 from django.contrib.auth.models import Permission, User
 from django.db import connection
 from django.http import StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -55,7 +56,8 @@ def listed_ids(response: Any) -> list[int]:
     return [record.id for record in response.context["cl"].result_list]
 
 
-def stream(response: StreamingHttpResponse) -> str:
+def stream(response: HttpResponseBase) -> str:
+    assert isinstance(response, StreamingHttpResponse), response
     async def read() -> str:
         return "".join([chunk.decode() async for chunk in response.streaming_content])  # type: ignore[union-attr]
 
@@ -295,6 +297,7 @@ def test_a_call_of_an_oauth_client_has_no_token_revocation_link(admin_client: Cl
 def test_a_call_page_gives_size_and_hash_of_large_arguments(admin_client: Client, settings: Any) -> None:
     settings.AUDIT_EXCERPT_BYTES = 256
     call = make_call("file_write", {"path": "big.txt", "content": "x" * 5000})
+    assert call.detail is not None
     large = call.detail["large_arguments"]["content"]
     content = admin_client.get(f"{CHANGELIST}{call.pk}/change/").content.decode()
     assert 'id="call-large-arguments"' in content and ">5000<" in content and large["sha256"] in content

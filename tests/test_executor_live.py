@@ -13,6 +13,7 @@ import anyio
 import httpx2
 import psutil
 import pytest
+from mcp_types import CallToolResult
 
 from mcpserver.executor.service import SPAWN_NOTICE_DELAY
 from tests.live import LiveServer, apoll, live_pids_with, make_server, mcp_client, poll, text_of
@@ -130,7 +131,7 @@ async def test_killing_the_executor_mid_call_records_interrupted_and_the_next_ca
         marker = f"lost-{uuid.uuid4().hex}"
         async with mcp_client(server.mcp_url, server.token) as client:
             async with anyio.create_task_group() as group:
-                results: list[object] = []
+                results: list[CallToolResult] = []
 
                 async def run() -> None:
                     results.append(await client.call_tool("terminal_exec", {"command": f"sleep 60; : {marker}"}))
@@ -141,7 +142,7 @@ async def test_killing_the_executor_mid_call_records_interrupted_and_the_next_ca
                 first = executor_pid(server)
                 psutil.Process(first).kill()
             result = results[0]
-            assert getattr(result, "is_error") is True
+            assert result.is_error is True
             assert "tool executor stopped during this call" in text_of(result)
             rows = call_records(server, marker)
             assert [row["kind"] for row in rows] == ["call.started", "call.finished"]
@@ -183,7 +184,7 @@ async def test_a_background_process_survives_a_server_restart_and_can_still_be_k
         server.start()
         async with mcp_client(server.mcp_url, server.token) as client:
             killed = await client.call_tool("terminal_kill", {"pid": pid})
-        assert getattr(killed, "is_error") is False, text_of(killed)
+        assert killed.is_error is False, text_of(killed)
         await apoll(lambda: not live_pids_with(marker), 15, "the background process to end")
     finally:
         server.stop()
