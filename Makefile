@@ -22,7 +22,7 @@ run: venv
 	$(PY) manage.py bootstrap
 	$(PY) manage.py serve
 
-test: venv
+test: lint
 	$(PY) manage.py makemigrations --check --dry-run
 	env -u DATABASE_URL $(PY) -m pytest
 
@@ -59,7 +59,7 @@ lock: check-python
 clean:
 	rm -rf $(VENV) build *.egg-info
 
-# Lint, formatting and types, as CI checks them (configured in pyproject.toml).
+# Lint, formatting and types (configured in pyproject.toml); `make test`, and so CI, runs it first.
 lint: venv
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
