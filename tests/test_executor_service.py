@@ -17,6 +17,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,7 @@ from mcpserver.executor.child import ExecutorChild
 from mcpserver.executor.interface import OPERATIONS, ExecResult, Executor, ExecutorError, OutputListener, ToolFailure
 from mcpserver.executor.local import LocalExecutor
 from mcpserver.executor.remote import Connection, ExecutorFault, ExecutorLost, ExecutorUnavailable, RemoteExecutor
-from mcpserver.executor.service import SPAWN_NOTICE_DELAY, refusal_for
+from mcpserver.executor.service import refusal_for
 from tests.live import REPO, live_pids_with, poll
 
 pytestmark = [pytest.mark.anyio]
@@ -227,13 +228,30 @@ async def test_cancelling_a_call_ends_the_command_it_runs(child: ExecutorChild) 
     await asyncio.to_thread(poll, lambda: not live_pids_with(marker), 10, what="the command to be ended")
 
 
-async def test_an_executor_killed_mid_call_interrupts_the_call_and_the_next_call_works(child: ExecutorChild) -> None:
+def notice_of_spawn(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
+    """Set once the client has read an executor's "spawned" frame (it then knows the command's pid)."""
+    noticed = asyncio.Event()
+    read_frame = wire.read_frame
+
+    async def reading(reader: asyncio.StreamReader, early: bytes = b"") -> dict[str, Any] | None:
+        frame = await read_frame(reader, early)
+        if frame is not None and "spawned" in frame:
+            noticed.set()
+        return frame
+
+    monkeypatch.setattr(wire, "read_frame", reading)
+    return noticed
+
+
+async def test_an_executor_killed_mid_call_interrupts_the_call_and_the_next_call_works(
+    child: ExecutorChild, monkeypatch: pytest.MonkeyPatch
+) -> None:
     executor = remote(child)
     marker = f"lost-{uuid.uuid4().hex}"
     first_pid = child.pid
+    spawned = notice_of_spawn(monkeypatch)
     call = asyncio.ensure_future(executor.run_command(f"sleep 60; : {marker}", None, 120, 65536, None))
-    await asyncio.to_thread(poll, lambda: live_pids_with(marker), 15, what="the command")
-    await asyncio.sleep(SPAWN_NOTICE_DELAY * 4)  # a command that has been running: the server knows its pid
+    await asyncio.wait_for(spawned.wait(), 15)  # the client knows the command's pid, to end it if the executor dies
     assert first_pid is not None
     os.kill(first_pid, signal.SIGKILL)
     with pytest.raises(ExecutorLost):
