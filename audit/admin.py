@@ -114,7 +114,7 @@ def recent_calls(request: HttpRequest) -> list[tuple[str, ...]]:
     found: list[tuple[str, ...]] | None = getattr(request, "_audit_recent_calls", None)
     if found is None:
         found = recent_values(KIND_STARTED, *RECENT_CALL_FIELDS)
-        request._audit_recent_calls = found  # type: ignore[attr-defined]
+        request._audit_recent_calls = found  # type: ignore[attr-defined]  # a cache for this request only
     return found
 
 
@@ -289,8 +289,8 @@ class ReadOnlyAuditAdmin(admin.ModelAdmin):
         response = super().changelist_view(request, extra_context)
         context = getattr(response, "context_data", None)
         changelist = context.get("cl") if context else None
-        if isinstance(changelist, ChangeList):
-            context.update(page_links(changelist))  # type: ignore[union-attr]
+        if context and isinstance(changelist, ChangeList):
+            context.update(page_links(changelist))
         return response
 
     @admin.display(description="time")
@@ -385,9 +385,9 @@ class AuditRecordAdmin(ReadOnlyAuditAdmin):
         response = super().changelist_view(request, context)
         context_data = getattr(response, "context_data", None)
         changelist = context_data.get("cl") if context_data else None
-        if getattr(request, "audit_search_floor", 0) and isinstance(changelist, ChangeList):
-            context_data["audit_search_window"] = SEARCH_WINDOW  # type: ignore[index]
-            context_data["audit_search_all_url"] = changelist.get_query_string({SEARCH_ALL_PARAM: "1"}, [PAGE_VAR])  # type: ignore[index]
+        if context_data and getattr(request, "audit_search_floor", 0) and isinstance(changelist, ChangeList):
+            context_data["audit_search_window"] = SEARCH_WINDOW
+            context_data["audit_search_all_url"] = changelist.get_query_string({SEARCH_ALL_PARAM: "1"}, [PAGE_VAR])
         return response
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",

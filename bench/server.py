@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -93,7 +94,7 @@ def _drop_stale(cache: Path, pattern: str, key: str) -> None:
             shutil.rmtree(old, ignore_errors=True)
 
 
-def base_state(cache: Path, log: object = print, tree: Path = REPO) -> Path:
+def base_state(cache: Path, log: Callable[[str], object] = print, tree: Path = REPO) -> Path:
     """A migrated state dir and nothing else, not even the admin user: the seeder puts records after the newest
     one, so with the admin's token.created record in the log they would all fall in the last minute."""
     key = schema_key(tree)
@@ -105,7 +106,7 @@ def base_state(cache: Path, log: object = print, tree: Path = REPO) -> Path:
     _drop_stale(cache, "base-*", key)
     building = cache / f"{name}.building-{os.getpid()}"
     shutil.rmtree(building, ignore_errors=True)
-    log(f"bench: migrating a fresh database into {final} (once per schema)")  # type: ignore[operator]
+    log(f"bench: migrating a fresh database into {final} (once per schema)")
     _run(_builder_env(building), "manage.py", "migrate", "--verbosity", "0", tree=tree)
     return _publish(building, final)
 
@@ -122,7 +123,7 @@ def _publish(building: Path, final: Path) -> Path:
     return final / "state"
 
 
-def seeded_state(cache: Path, count: int, log: object = print, tree: Path = REPO, reuse_older: bool = True) -> Path:
+def seeded_state(cache: Path, count: int, log: Callable[[str], object] = print, tree: Path = REPO, reuse_older: bool = True) -> Path:
     """A copy of the base state dir with `count` seeded audit records; built once per schema and count.
 
     When only the schema moved on, the seeded database of the old one is migrated instead of seeded again
@@ -141,7 +142,7 @@ def seeded_state(cache: Path, count: int, log: object = print, tree: Path = REPO
     base = base_state(cache, log, tree)
     building.mkdir(parents=True)
     shutil.copytree(base, building / "state")
-    log(f"bench: seeding {count:,} audit records into {final} (once per schema and count)")  # type: ignore[operator]
+    log(f"bench: seeding {count:,} audit records into {final} (once per schema and count)")
     if seeder(tree) == SEEDER:
         _run(_builder_env(building), "-m", "bench.dbtask", "seed", str(count), "--random-seed", "6", tree=tree)
     else:
@@ -150,17 +151,17 @@ def seeded_state(cache: Path, count: int, log: object = print, tree: Path = REPO
     return _publish(building, final)
 
 
-def _migrated(older: Path, building: Path, log: object, tree: Path) -> bool:
+def _migrated(older: Path, building: Path, log: Callable[[str], object], tree: Path) -> bool:
     """Move an older seeded database to `building` and migrate it; False (and nothing left) if that fails."""
     try:
         older.rename(building)
     except OSError:
         return False  # another run took it
-    log(f"bench: migrating the seeded database {older.name} to the current schema")  # type: ignore[operator]
+    log(f"bench: migrating the seeded database {older.name} to the current schema")
     try:
         _run(_builder_env(building), "manage.py", "migrate", "--verbosity", "0", tree=tree)
     except RuntimeError as error:
-        log(f"bench: could not migrate it, seeding again ({str(error).splitlines()[0]})")  # type: ignore[operator]
+        log(f"bench: could not migrate it, seeding again ({str(error).splitlines()[0]})")
         shutil.rmtree(building, ignore_errors=True)
         return False
     return True

@@ -80,9 +80,10 @@ class OpenSession:
     def end(self, why: str) -> None:
         """End the session as the SDK's idle timeout would: it then answers 404 and the client starts a new one."""
         self.release()
-        scope = self.transport.idle_scope if self.transport is not None else None
-        if scope is not None:
-            logger.info("closing MCP session %s of %s: %s", self.transport.mcp_session_id, self.key, why)  # type: ignore[union-attr]
+        transport = self.transport
+        scope = transport.idle_scope if transport is not None else None
+        if transport is not None and scope is not None:
+            logger.info("closing MCP session %s of %s: %s", transport.mcp_session_id, self.key, why)
             scope.cancel()
 
     def _close_if_unused(self) -> None:

@@ -7,8 +7,9 @@ import csv
 import io
 import json
 import re
+from collections.abc import AsyncIterator
 from datetime import timedelta
-from typing import Any
+from typing import Any, AnyStr
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -58,10 +59,20 @@ def listed_ids(response: Any) -> list[int]:
 
 def stream(response: HttpResponseBase) -> str:
     assert isinstance(response, StreamingHttpResponse), response
+    content = response.streaming_content
+    assert isinstance(content, AsyncIterator), content  # the ASGI handler streams it asynchronously
+
     async def read() -> str:
-        return "".join([chunk.decode() async for chunk in response.streaming_content])  # type: ignore[union-attr]
+        return "".join([chunk.decode() async for chunk in content])
 
     return async_to_sync(read)()
+
+
+def found(pattern: AnyStr, text: AnyStr, flags: int = 0) -> re.Match[AnyStr]:
+    """The first match of `pattern` in `text`, which must have one."""
+    match = re.search(pattern, text, flags)
+    assert match is not None, pattern
+    return match
 
 
 def exported_ids(client: Client, query: str = "") -> list[str]:
@@ -147,13 +158,13 @@ def test_the_call_list_shows_one_row_per_call_newest_first_with_its_outcome(admi
     second = make_call("file_read", {"path": "src/app.py"}, outcome=None)
     response = admin_client.get(CHANGELIST)
     assert listed_ids(response) == [second.pk, first.pk]
-    table = re.search(rb'<table id="result_list">.*?</table>', response.content, re.S).group(0)  # type: ignore[union-attr]
+    table = found(rb'<table id="result_list">.*?</table>', response.content, re.S).group(0)
     rows = re.findall(rb"<tr>.*?</tr>", table, re.S)[1:]
     assert b"src/app.py" in rows[0] and b"running" in rows[0] and b"bearer:laptop" in rows[0]
     assert b"make test" in rows[1] and b"error" in rows[1] and b"1.5 s" in rows[1] and b">2<" in rows[1]
 
 
-CALLS = {
+CALLS: dict[str, dict[str, Any]] = {
     "exec-ok": dict(tool="terminal_exec", arguments={"command": "pytest -q"}, outcome="ok"),
     "exec-error": dict(tool="terminal_exec", arguments={"command": "make deploy"}, outcome="error", result="Permission denied (publickey)"),
     "read-running": dict(tool="file_read", arguments={"path": "README.md"}, outcome=None),
@@ -177,7 +188,7 @@ FILTER_CASES = [
 
 @pytest.fixture
 def calls() -> dict[str, AuditRecord]:
-    return {name: make_call(**spec) for name, spec in CALLS.items()}  # type: ignore[arg-type]
+    return {name: make_call(**spec) for name, spec in CALLS.items()}
 
 
 @pytest.mark.parametrize(("query", "expected"), FILTER_CASES)
@@ -247,7 +258,7 @@ def test_the_list_searches_the_newest_records_and_offers_to_search_all(admin_cli
     assert listed_ids(response) == [record.pk for record in reversed(newer)]
     content = response.content.decode()
     assert 'id="audit-search-window"' in content and "Searched the newest 4 records" in content
-    link = re.search(r'<a href="([^"]+)" id="audit-search-all"', content).group(1).replace("&amp;", "&")  # type: ignore[union-attr]
+    link = found(r'<a href="([^"]+)" id="audit-search-all"', content).group(1).replace("&amp;", "&")
     assert link.startswith("?") and "search_all=1" in link and "q=echo" in link
     link = CHANGELIST + link
     assert listed_ids(admin_client.get(link)) == [record.pk for record in reversed([old, *newer])]
@@ -372,9 +383,9 @@ def test_the_overview_draws_bars_for_the_calls_there_are(admin_client: Client, s
         drawn = [(float(height), int(count)) for height, count in bars if int(count)]
         assert sum(count for _, count in drawn) == 5 and all(height > 0 for height, _ in drawn)
         assert "<text" in svg.group(0)
-    tools = re.search(r'<table id="audit-tools">.*?</table>', content, re.S).group(0)  # type: ignore[union-attr]
+    tools = found(r'<table id="audit-tools">.*?</table>', content, re.S).group(0)
     assert re.search(r"terminal_exec</a></td><td class=\"count\">4<", tools) and "file_delete" in tools
-    problems = re.search(r'<table id="audit-problems">.*?</table>', content, re.S).group(0)  # type: ignore[union-attr]
+    problems = found(r'<table id="audit-problems">.*?</table>', content, re.S).group(0)
     assert re.findall(r">(\d+)</a>", problems) == ["1", "1", "1", "1"]
     assert "bearer:laptop" in content
 

@@ -54,7 +54,7 @@ def test_the_measured_size_grows_with_the_records_written() -> None:
     assert audit_log_bytes() >= before + 150_000
 
 
-def audit_bytes(server_url: str) -> dict[str, object]:
+def audit_bytes(server_url: str) -> dict[str, Any]:
     return httpx2.get(f"{server_url}/health", timeout=10).json()["audit_log"]
 
 
@@ -65,7 +65,7 @@ def test_a_flood_from_a_read_only_token_is_refused_at_the_budget_and_no_longer_r
     token = server.create_token("reader", scope="mcp:read")
     used = audit_bytes(server.url)["bytes"]
     server.stop()
-    budget = int(used) + 2 * 1024 * 1024  # type: ignore[call-overload]
+    budget = int(used) + 2 * 1024 * 1024
     server.env["SANDSTORM_AUDIT_MAX_BYTES"] = str(budget)
     server.start()
     try:

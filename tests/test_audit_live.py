@@ -160,8 +160,9 @@ def test_a_call_cut_off_by_a_killed_server_is_marked_interrupted_after_restart(t
         async with mcp_client(server.mcp_url, server.token) as client, anyio.create_task_group() as group:
             group.start_soon(client.call_tool, "terminal_exec", {"command": f"touch {marker}; sleep 60"})
             await anyio.to_thread.run_sync(lambda: poll(lambda: (server.workspace / marker).exists(), 15, what="call"))
-            server.process.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
-            server.process.wait()  # type: ignore[union-attr]
+            assert server.process is not None
+            server.process.send_signal(signal.SIGKILL)
+            server.process.wait()
             group.cancel_scope.cancel()
 
     try:

@@ -48,7 +48,7 @@ def named(name: str) -> Callable[[], AuditRecord]:
     return lambda: AuditRecord(kind="event", event=name)
 
 
-async def held_then_queued(writer: AuditWriter, appender: Appender, names: list[str]) -> list[object]:
+async def held_then_queued(writer: AuditWriter, appender: Appender, names: list[str]) -> list[AuditRecord | BaseException]:
     """Append "first" and hold its transaction until `names` are all queued behind it; what each append gave."""
     appender.hold.clear()
     first = asyncio.ensure_future(writer.awrite(named("first")))
@@ -57,6 +57,13 @@ async def held_then_queued(writer: AuditWriter, appender: Appender, names: list[
     await asyncio.sleep(0.05)  # every append has reached the queue
     appender.hold.set()
     return await asyncio.gather(first, *rest, return_exceptions=True)
+
+
+def records(results: list[AuditRecord | BaseException]) -> list[AuditRecord]:
+    """`results`, each of which must be a written record (no append failed)."""
+    written = [result for result in results if isinstance(result, AuditRecord)]
+    assert len(written) == len(results), results
+    return written
 
 
 @pytest.fixture
@@ -73,9 +80,9 @@ def writer(appender: Appender) -> Iterator[AuditWriter]:
 
 def test_records_that_wait_are_written_together(writer: AuditWriter, appender: Appender) -> None:
     names = [f"r{number}" for number in range(11)]
-    results = asyncio.run(held_then_queued(writer, appender, names))
-    assert [record.event for record in results] == ["first", *names]  # type: ignore[attr-defined]
-    assert len({record.id for record in results}) == 12  # type: ignore[attr-defined]
+    results = records(asyncio.run(held_then_queued(writer, appender, names)))
+    assert [record.event for record in results] == ["first", *names]
+    assert len({record.id for record in results}) == 12
     # The held transaction, then the queued records in order, at most max_batch a transaction.
     assert appender.batches == [["first"], names[:8], names[8:]]
 
@@ -116,7 +123,8 @@ def test_a_record_the_database_refuses_fails_only_its_caller() -> None:
         writer.close()
     first, a, bad, b = results
     assert isinstance(bad, IntegrityError)
-    assert (first.event, a.event, b.event) == ("first", "a", "b")  # type: ignore[attr-defined]  # as above
+    first, a, b = records([first, a, b])
+    assert (first.event, a.event, b.event) == ("first", "a", "b")
     # The batch failed as a whole, then each of its records was written alone.
     assert refusing.batches == [["first"], ["a", "bad", "b"], ["a"], ["bad"], ["b"]]
 
@@ -128,7 +136,7 @@ def test_a_database_that_cannot_be_written_fails_the_batch_without_retrying_each
         first, *rest = asyncio.run(held_then_queued(writer, locked, ["a", "b", "c"]))
     finally:
         writer.close()
-    assert first.event == "first"  # type: ignore[attr-defined]
+    assert isinstance(first, AuditRecord) and first.event == "first"
     assert all(isinstance(result, OperationalError) for result in rest)
     assert locked.batches == [["first"], ["a", "b", "c"]]  # each record alone would wait for the lock again
 
@@ -210,10 +218,10 @@ def test_a_record_while_another_is_being_written_goes_to_the_batch_thread(append
     caller_thread = CallerThreadStandIn(takes=False)  # the first record cannot be committed at once
     writer = AuditWriter(append_all=appender, caller_thread=caller_thread)
     try:
-        results = asyncio.run(held_then_queued(writer, appender, ["second", "third"]))
+        results = records(asyncio.run(held_then_queued(writer, appender, ["second", "third"])))
     finally:
         writer.close()
-    assert [record.event for record in results] == ["first", "second", "third"]  # type: ignore[attr-defined]
+    assert [record.event for record in results] == ["first", "second", "third"]
     # Only the first was offered: the others came while a record was queued, and joined its batch thread.
     assert caller_thread.offered == ["first"]
     assert appender.batches == [["first"], ["second", "third"]]

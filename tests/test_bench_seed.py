@@ -33,7 +33,8 @@ def test_the_seeder_adds_n_records_that_audit_verify_accepts() -> None:
     assert AuditRecord.objects.filter(kind="call.finished", started__isnull=False).count() > 100
     assert len(set(AuditRecord.objects.values_list("tool", flat=True))) > 5
     newest = AuditRecord.objects.order_by("-id").first()
-    assert OK_LINE.search(verify()).groups() == ("302", str(newest.id))  # type: ignore[union-attr]
+    match = OK_LINE.search(verify())
+    assert newest is not None and match is not None and match.groups() == ("302", str(newest.id))
 
 
 @pytest.mark.django_db

@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,10 +111,10 @@ def outside_entries(outside: Path) -> list[str]:
     return sorted(str(path.relative_to(outside)) for path in outside.rglob("*"))
 
 
-async def attempt(coroutine: object) -> str:
+async def attempt(coroutine: Awaitable[object]) -> str:
     """A tool's answer, or its error text: refusals are fine here, only escapes count."""
     try:
-        return str(await coroutine)  # type: ignore[misc]
+        return str(await coroutine)
     except ToolFailure as failure:
         return str(failure)
 

@@ -271,7 +271,7 @@ async def test_a_background_process_outlives_its_executor_and_a_new_one_can_sign
     await asyncio.to_thread(poll, lambda: started.pid not in live_pids_with("sleep 300"), 10, what="the process to end")
 
 
-async def test_calls_reuse_one_connection_and_survive_an_executor_restart(child: ExecutorChild) -> None:
+async def test_calls_reuse_one_connection_and_survive_an_executor_restart(child: ExecutorChild, monkeypatch: pytest.MonkeyPatch) -> None:
     executor = remote(child)
     opened: list[int] = []
     connect = executor._connect
@@ -280,7 +280,7 @@ async def test_calls_reuse_one_connection_and_survive_an_executor_restart(child:
         opened.append(1)
         return await connect()
 
-    executor._connect = counting_connect  # type: ignore[method-assign]
+    monkeypatch.setattr(executor, "_connect", counting_connect)
     for _ in range(5):
         assert (await executor.run_command("echo hi", None, 30, 65536, None)).stdout == "hi\n"
     assert len(opened) == 1
