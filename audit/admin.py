@@ -371,7 +371,9 @@ class AuditRecordAdmin(ReadOnlyAuditAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[AuditRecord]:
         return call_queryset().order_by("-id")
 
-    def get_search_results(self, request: HttpRequest, queryset: QuerySet[AuditRecord], search_term: str) -> tuple[QuerySet[AuditRecord], bool]:
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[AuditRecord], search_term: str
+    ) -> tuple[QuerySet[AuditRecord], bool]:
         found = search_calls(queryset, search_term)
         floor = search_floor(request, search_term)
         request.audit_search_floor = floor  # type: ignore[attr-defined]  # for the note under the search box
@@ -403,7 +405,11 @@ class AuditRecordAdmin(ReadOnlyAuditAdmin):
 
     @admin.display(description="credential")
     def credential(self, record: AuditRecord) -> str:
-        return f"{record.credential_kind}:{record.credential_name or record.credential_id}" if record.credential_kind else ""
+        return (
+            f"{record.credential_kind}:{record.credential_name or record.credential_id}"
+            if record.credential_kind
+            else ""
+        )
 
     @admin.display(description="outcome")
     def call_outcome(self, record: AuditRecord) -> str:

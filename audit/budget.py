@@ -101,7 +101,12 @@ class AuditBudget:
             logger.exception("audit: could not measure the audit log's size; keeping the last measure")
             return self._state
         if state.full and not (self._state and self._state.full):
-            logger.error("audit: the audit log is full (%d of %d bytes, %s): tool calls are refused", state.used, self.limit, SETTING)
+            logger.error(
+                "audit: the audit log is full (%d of %d bytes, %s): tool calls are refused",
+                state.used,
+                self.limit,
+                SETTING,
+            )
         self._state = state
         return state
 

@@ -43,7 +43,9 @@ class StoredArguments:
 
 def store_arguments(arguments: dict[str, Any], limit: int) -> StoredArguments:
     """Arguments as stored: secrets redacted, long strings cut; size and hash are of the original arguments."""
-    whole = json.dumps(arguments, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8", errors="surrogatepass")
+    whole = json.dumps(arguments, sort_keys=True, ensure_ascii=False, default=str).encode(
+        "utf-8", errors="surrogatepass"
+    )
     stored: dict[str, Any] = {}
     large: dict[str, dict[str, Any]] = {}
     redacted: list[str] = []

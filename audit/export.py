@@ -137,7 +137,9 @@ def _spellings(term: str) -> set[str]:
 
 def search_calls(queryset: QuerySet[AuditRecord], query: str) -> QuerySet[AuditRecord]:
     """Calls whose arguments or result excerpt contain every word of `query` ("quoted phrases" kept whole)."""
-    terms = [unescape_string_literal(bit) if bit[:1] in "\"'" and bit[-1:] == bit[:1] else bit for bit in smart_split(query)]
+    terms = [
+        unescape_string_literal(bit) if bit[:1] in "\"'" and bit[-1:] == bit[:1] else bit for bit in smart_split(query)
+    ]
     terms = [term for term in terms if term]
     if not terms:
         return queryset

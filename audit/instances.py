@@ -56,7 +56,9 @@ def recover_interrupted(current_instance: str) -> int:
     unfinished = AuditRecord.objects.filter(kind=KIND_STARTED, finished_record__isnull=True).exclude(
         instance_id=current_instance
     )
-    instances = {instance.pk: instance for instance in ServerInstance.objects.filter(pk__in=unfinished.values("instance_id"))}
+    instances = {
+        instance.pk: instance for instance in ServerInstance.objects.filter(pk__in=unfinished.values("instance_id"))
+    }
     count = 0
     for started in unfinished.order_by("id").iterator():
         instance = instances.get(started.instance_id)

@@ -87,7 +87,9 @@ class AuditRecord(models.Model):
             models.Index(fields=["kind", "-id"], name="audit_kind_id"),
             models.Index(fields=["tool", "-id"], name="audit_tool_id", condition=Q(kind=KIND_STARTED)),
             models.Index(
-                fields=["credential_kind", "credential_id", "-id"], name="audit_credential_id", condition=Q(kind=KIND_STARTED)
+                fields=["credential_kind", "credential_id", "-id"],
+                name="audit_credential_id",
+                condition=Q(kind=KIND_STARTED),
             ),
             models.Index(fields=["username", "-id"], name="audit_user_id", condition=Q(kind=KIND_STARTED)),
             models.Index(fields=["outcome", "-id"], name="audit_outcome_id", condition=Q(kind=KIND_FINISHED)),
@@ -98,7 +100,9 @@ class AuditRecord(models.Model):
             # For the overview: calls per day, calls per tool and problems per outcome over a month, each read from
             # the index alone.
             models.Index(fields=["kind", "created_at"], name="audit_kind_created"),
-            models.Index(fields=["kind", "tool", "created_at"], name="audit_kind_tool_created", condition=Q(kind=KIND_STARTED)),
+            models.Index(
+                fields=["kind", "tool", "created_at"], name="audit_kind_tool_created", condition=Q(kind=KIND_STARTED)
+            ),
             # Not partial: SQLite counts problems faster from this index than from the (kind, created_at) one only
             # when the count does not name a kind, which a partial index would need.
             models.Index(fields=["outcome", "created_at"], name="audit_outcome_created"),

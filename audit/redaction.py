@@ -71,7 +71,9 @@ class _Span:
 def _candidates(text: str) -> Iterator[_Span]:
     for pattern in _PATTERNS:
         for match in pattern.finditer(text):
-            group = next(name for name in ("dq", "sq", "bare") if name in match.groupdict() and match.group(name) is not None)
+            group = next(
+                name for name in ("dq", "sq", "bare") if name in match.groupdict() and match.group(name) is not None
+            )
             start, end = match.span(group)
             if start == end:
                 continue
@@ -155,7 +157,9 @@ def _spans_to_mask(text: str, parse: bool) -> list[_Span]:
     found: dict[tuple[int, int], bool] = {}
     for span in _candidates(text):
         found[span.start, span.end] = found.get((span.start, span.end), False) or span.own_word
-    candidates = sorted((_Span(start, end, own) for (start, end), own in found.items()), key=lambda span: (span.start, -span.end))
+    candidates = sorted(
+        (_Span(start, end, own) for (start, end), own in found.items()), key=lambda span: (span.start, -span.end)
+    )
     if not candidates:
         return []
     words = _parse(text) if parse and _needs_parser(text, candidates) else None

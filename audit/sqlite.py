@@ -18,5 +18,7 @@ def connection_beside(alias: str) -> tuple[BaseDatabaseWrapper, sqlite3.Connecti
     """Django's wrapper for `alias` (never opened: for its SQL dialect and value conversions only) and a sqlite3
     connection to the same file that never waits for a lock."""
     database = connections.create_connection(alias)
-    connection = sqlite3.connect(database.settings_dict["NAME"], timeout=0, isolation_level=None, check_same_thread=False)
+    connection = sqlite3.connect(
+        database.settings_dict["NAME"], timeout=0, isolation_level=None, check_same_thread=False
+    )
     return database, connection

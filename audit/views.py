@@ -160,7 +160,9 @@ def in_window(queryset: QuerySet[AuditRecord], since: datetime) -> QuerySet[Audi
     """Records created since `since`. The id bound adds nothing to the date one but lets the database read just the
     window's rows (SQLite would otherwise walk a whole index): ids follow creation times except among writers racing
     for the chain lock, which WINDOW_ID_SLACK leaves room for."""
-    first = AuditRecord.objects.filter(created_at__gte=since).order_by("created_at").values_list("id", flat=True).first()
+    first = (
+        AuditRecord.objects.filter(created_at__gte=since).order_by("created_at").values_list("id", flat=True).first()
+    )
     if first is None:
         return queryset.none()
     return queryset.filter(created_at__gte=since, id__gte=first - WINDOW_ID_SLACK)
@@ -236,8 +238,7 @@ def active_credentials(calls: QuerySet[AuditRecord], day_ago: datetime) -> list[
         .order_by("-last_used")[:ACTIVE_CREDENTIALS]
     )
     return [
-        {**row, "url": changelist_url(credential=f"{row['credential_kind']}:{row['credential_id']}")}
-        for row in rows
+        {**row, "url": changelist_url(credential=f"{row['credential_kind']}:{row['credential_id']}")} for row in rows
     ]
 
 

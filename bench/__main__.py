@@ -1,8 +1,8 @@
 """`python -m bench`: start the real server, measure, print a Markdown table, write the results as JSON.
 
-    .venv/bin/python -m bench                 the full run (1,000,000 audit records for the admin section)
-    .venv/bin/python -m bench --quick         a smoke run: fewer calls, 10,000 audit records
-    .venv/bin/python -m bench --compare REF   this tree against git REF, both measured in turns in one run
+.venv/bin/python -m bench                 the full run (1,000,000 audit records for the admin section)
+.venv/bin/python -m bench --quick         a smoke run: fewer calls, 10,000 audit records
+.venv/bin/python -m bench --compare REF   this tree against git REF, both measured in turns in one run
 """
 
 from __future__ import annotations
@@ -34,10 +34,16 @@ DEFAULT_CACHE = REPO / "var" / "bench"
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="fewer calls and 10,000 audit records: a smoke run")
-    parser.add_argument("--records", type=int, help="audit records for the admin section (default 1,000,000; --quick 10,000)")
-    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="where seeded databases are kept (default var/bench)")
+    parser.add_argument(
+        "--records", type=int, help="audit records for the admin section (default 1,000,000; --quick 10,000)"
+    )
+    parser.add_argument(
+        "--cache", type=Path, default=DEFAULT_CACHE, help="where seeded databases are kept (default var/bench)"
+    )
     parser.add_argument("--output", type=Path, help="the JSON results (default: <cache>/latest.json)")
     parser.add_argument("--keep", action="store_true", help="keep the servers' temporary directories")
     parser.add_argument("--compare", metavar="REF", help="measure this tree against git REF (checked out into a temporary "
@@ -52,7 +58,10 @@ async def call_sections(server: BenchServer, sizes: sections.Sizes) -> dict[str,
     log(f"bench: floors: bash spawn {spawn['median_ms']} ms, /health {health['median_ms']} ms")
     log(f"bench: terminal_exec true {exec_true['median_ms']} ms, file_read 1 KB {read_small['median_ms']} ms")
     large = label_throughput(await sections.throughput(server, sizes), sizes.huge_bytes)
-    log("bench: large results " + ", ".join(f"{name} {case['mb_per_s']} MB/s +{case['peak_growth_mb']} MB" for name, case in large.items()))
+    log(
+        "bench: large results "
+        + ", ".join(f"{name} {case['mb_per_s']} MB/s +{case['peak_growth_mb']} MB" for name, case in large.items())
+    )
     load = await sections.concurrency(server, sizes)
     log(f"bench: {load['clients']} clients: {load['calls_per_s']} calls/s, errors {load['errors'] or 'none'}")
     load["audit"] = sections.audit_check(server, load.pop("sessions"), sizes.calls_per_client)

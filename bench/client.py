@@ -125,7 +125,11 @@ class McpSession:
             "Accept": "application/json, text/event-stream",
             "Content-Type": "application/json",
         }
-        params = {"protocolVersion": PROTOCOL_VERSION, "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}
+        params = {
+            "protocolVersion": PROTOCOL_VERSION,
+            "capabilities": {},
+            "clientInfo": {"name": "bench", "version": "0"},
+        }
         response = await self._post({"jsonrpc": "2.0", "id": self._id(), "method": "initialize", "params": params})
         self.session_id = response.headers.get("mcp-session-id", "")
         if response.status != 200 or not self.session_id:
@@ -145,7 +149,12 @@ class McpSession:
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """Call a tool; the result object. Raises HttpError for anything but a successful, non-error result."""
-        message = {"jsonrpc": "2.0", "id": self._id(), "method": "tools/call", "params": {"name": tool, "arguments": arguments}}
+        message = {
+            "jsonrpc": "2.0",
+            "id": self._id(),
+            "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments},
+        }
         response = await self._post(message)
         if response.status != 200:
             raise HttpError(f"http_{response.status}", response.body[:200].decode(errors="replace"))

@@ -53,7 +53,10 @@ from tests.live import REPO
 TREES = ("old", "new")
 WORSE_LIMIT = 1.10  # issue 16: each ratio may grow by at most 10% over the old tree's
 LOAD_ROUNDS = 2
-RULES = (("terminal_exec_true", "`terminal_exec true` / spawn floor"), ("file_read_1kb", "`file_read` 1 KB / `/health` floor"))
+RULES = (
+    ("terminal_exec_true", "`terminal_exec true` / spawn floor"),
+    ("file_read_1kb", "`file_read` 1 KB / `/health` floor"),
+)
 
 
 @contextlib.contextmanager
@@ -65,7 +68,9 @@ def checkout(ref: str) -> Iterator[tuple[Path, str]]:
         raise SystemExit(f"bench --compare: {ref!r} is not a commit: {found.stderr.strip()}")
     parent = Path(tempfile.mkdtemp(prefix="sandstorm-bench-old-"))
     tree = parent / "tree"
-    subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(tree), found.stdout.strip()], cwd=REPO, check=True)
+    subprocess.run(
+        ["git", "worktree", "add", "--detach", "--quiet", str(tree), found.stdout.strip()], cwd=REPO, check=True
+    )
     try:
         yield tree, found.stdout.strip()
     finally:
@@ -93,7 +98,9 @@ def hop_of(tree: Path, sizes: sections.Sizes) -> dict[str, Any]:
     """The executor hop measured by the tree's own bench/hop.py and executor, in a process started in the tree."""
     code = ("import asyncio, json, sys; from bench.hop import executor_hop; "
             f"json.dump(asyncio.run(executor_hop({sizes.sequential}, {sizes.warmup})), sys.stdout)")  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", code], cwd=tree, capture_output=True, text=True, timeout=900, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tree, capture_output=True, text=True, timeout=900, check=True
+    )
     hop: dict[str, Any] = json.loads(done.stdout)
     return hop
 
@@ -113,7 +120,11 @@ async def call_sections(servers: dict[str, BenchServer], sizes: sections.Sizes) 
         load = loads[label]
         load["audit"] = sections.audit_check(server, load.pop("sessions"), sizes.calls_per_client)
         log(f"bench: {label}: {load['calls_per_s']} calls/s, errors {load['errors'] or 'none'}, audit checked")
-        results[label] = {**sequential(measured[label]), "throughput": label_throughput(large[label], sizes.huge_bytes), "concurrency": load}
+        results[label] = {
+            **sequential(measured[label]),
+            "throughput": label_throughput(large[label], sizes.huge_bytes),
+            "concurrency": load,
+        }
     return results
 
 
@@ -126,7 +137,9 @@ def _borrow(source: Path, target: Path) -> None:
         log(f"bench: copied {source.name} for the old tree")
 
 
-def measure(options: argparse.Namespace, trees: dict[str, Path], sizes: sections.Sizes, records: int) -> dict[str, dict[str, Any]]:
+def measure(
+    options: argparse.Namespace, trees: dict[str, Path], sizes: sections.Sizes, records: int
+) -> dict[str, dict[str, Any]]:
     old_key = schema_key(trees["old"])
     same_schema = old_key == schema_key(trees["new"])
     caches = {"old": options.cache if same_schema else options.cache / "compare", "new": options.cache}
@@ -136,7 +149,9 @@ def measure(options: argparse.Namespace, trees: dict[str, Path], sizes: sections
         for name in (f"base-{old_key}", f"seed{records}-{old_key}"):
             _borrow(options.cache / name, caches["old"] / name)
     # The old tree's cache is never migrated forward from a newer schema: REF may be older than what it holds.
-    seeded = {label: seeded_state(caches[label], records, log, trees[label], reuse_older=label == "new") for label in TREES}
+    seeded = {
+        label: seeded_state(caches[label], records, log, trees[label], reuse_older=label == "new") for label in TREES
+    }
     base = {label: base_state(caches[label], log, trees[label]) for label in TREES}
     scratch = Path(tempfile.mkdtemp(prefix="sandstorm-bench-compare-"))
     results: dict[str, dict[str, Any]] = {}
@@ -174,7 +189,13 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
     began = time.monotonic()
     with checkout(options.compare) as (old_tree, old_commit):
         trees = {"old": old_tree, "new": REPO}
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True, text=True, check=False)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         commits = {"old": old_commit, "new": git_commit() + ("+changes" if dirty.stdout.strip() else "")}
         common: dict[str, Any] = {
             "started_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -187,7 +208,11 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
             log(f"bench: {options.compare} has other {', '.join(differ)} than this tree; both run with this virtualenv")
         measured = measure(options, trees, sizes, records)
     end_load = round(os.getloadavg()[0], 2)
-    results: dict[str, Any] = {"ref": options.compare, "dependencies_differ": differ, "seconds": round(time.monotonic() - began, 1)}
+    results: dict[str, Any] = {
+        "ref": options.compare,
+        "dependencies_differ": differ,
+        "seconds": round(time.monotonic() - began, 1),
+    }
     for label in TREES:
         tree = {**common, "commit": commits[label], **measured[label]}
         tree["machine"] = {**common["machine"], "load_average_1m_end": end_load}
@@ -231,12 +256,18 @@ def headline(old: dict[str, Any], new: dict[str, Any]) -> str:
     rows.append(row("floor: bash spawn, median", lambda r: r["floors"]["spawn_bash"]["median_ms"], " ms"))
     rows.append(row("floor: `GET /health`, median", lambda r: r["floors"]["health"]["median_ms"], " ms"))
     for name, what in RULES:
-        rows.append(row(f"{what.split(' /')[0]}, median", lambda r, name=name: r["sequential"][name]["median_ms"], " ms"))
+        rows.append(
+            row(f"{what.split(' /')[0]}, median", lambda r, name=name: r["sequential"][name]["median_ms"], " ms")
+        )
         rows.append(row(f"{what}, ratio", lambda r, name=name: r["sequential"][name]["ratio"], "x"))
     for name in ("file_read_1kb", "terminal_exec_true"):
-        rows.append(row(f"executor hop, {name}", lambda r, name=name: r["executor_hop"][name]["hop_median_ms"], " ms hop"))
+        rows.append(
+            row(f"executor hop, {name}", lambda r, name=name: r["executor_hop"][name]["hop_median_ms"], " ms hop")
+        )
     for name in ("file_read_10mb", "terminal_exec_10mb", "terminal_exec_huge"):
-        rows.append(row(f"{old['throughput'][name]['label']}", lambda r, name=name: r["throughput"][name]["mb_per_s"], " MB/s"))
+        rows.append(
+            row(f"{old['throughput'][name]['label']}", lambda r, name=name: r["throughput"][name]["mb_per_s"], " MB/s")
+        )
     rows.append(row("concurrent clients, calls/s", lambda r: r["concurrency"]["calls_per_s"], ""))
     rows.append(row("audit list page, warm median", lambda r: r["admin"]["pages"]["list_warm"]["median_ms"], " ms"))
     rows.append(row("`audit_verify`", lambda r: r["admin"]["verify"]["verify_s"], " s"))
@@ -256,12 +287,21 @@ def report(results: dict[str, Any], output: Path) -> str:
         table(new),
         "\n## old → new\n",
         headline(old, new),
-        f"\n{how}" + (f" {results['ref']} has other {', '.join(differ)}: both ran with this virtualenv." if differ else ""),
+        f"\n{how}"
+        + (f" {results['ref']} has other {', '.join(differ)}: both ran with this virtualenv." if differ else ""),
         "",
     ]
     for rule in results["verdict"]:
-        mark = "–" if rule["met"] is None else "met (not worse by more than 10%)" if rule["met"] else "**NOT MET: worse by more than 10%**"
-        lines.append(f"- {rule['what']}: old {rule['old']}x, new {rule['new']}x ({_change(rule['old'], rule['new'])}): {mark}")
+        mark = (
+            "–"
+            if rule["met"] is None
+            else "met (not worse by more than 10%)"
+            if rule["met"]
+            else "**NOT MET: worse by more than 10%**"
+        )
+        lines.append(
+            f"- {rule['what']}: old {rule['old']}x, new {rule['new']}x ({_change(rule['old'], rule['new'])}): {mark}"
+        )
     lines.append(f"\nResults: {output}")
     return "\n".join(lines)
 

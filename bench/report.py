@@ -21,8 +21,16 @@ def sequential(measured: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return {
         "floors": {"spawn_bash": spawn, "health": health},
         "sequential": {
-            "terminal_exec_true": {**exec_true, "floor": "spawn_bash", "ratio": ratio(exec_true["median_ms"], spawn["median_ms"])},
-            "file_read_1kb": {**read_small, "floor": "health", "ratio": ratio(read_small["median_ms"], health["median_ms"])},
+            "terminal_exec_true": {
+                **exec_true,
+                "floor": "spawn_bash",
+                "ratio": ratio(exec_true["median_ms"], spawn["median_ms"]),
+            },
+            "file_read_1kb": {
+                **read_small,
+                "floor": "health",
+                "ratio": ratio(read_small["median_ms"], health["median_ms"]),
+            },
         },
     }
 
@@ -59,10 +67,22 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     seq = results.get("sequential", {})
     if "terminal_exec_true" in seq:
         ratio = seq["terminal_exec_true"]["ratio"]
-        add("exec_ratio", "terminal_exec true median / bash spawn floor", ratio, f"≤ {SPAWN_RATIO}x", ratio is not None and ratio <= SPAWN_RATIO)
+        add(
+            "exec_ratio",
+            "terminal_exec true median / bash spawn floor",
+            ratio,
+            f"≤ {SPAWN_RATIO}x",
+            ratio is not None and ratio <= SPAWN_RATIO,
+        )
     if "file_read_1kb" in seq:
         ratio = seq["file_read_1kb"]["ratio"]
-        add("read_ratio", "file_read 1 KB median / GET /health", ratio, f"≤ {HEALTH_RATIO}x", ratio is not None and ratio <= HEALTH_RATIO)
+        add(
+            "read_ratio",
+            "file_read 1 KB median / GET /health",
+            ratio,
+            f"≤ {HEALTH_RATIO}x",
+            ratio is not None and ratio <= HEALTH_RATIO,
+        )
     hop = results.get("executor_hop", {}).get("file_read_1kb")
     if hop:
         add("hop", "executor hop (file_read 1 KB, socket − in-process median)", hop["hop_median_ms"], f"< {HOP_LIMIT_MS} ms",
@@ -75,16 +95,34 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     if load:
         audit = load["audit"]
         add("errors", "concurrent clients: errors", sum(load["errors"].values()), "0", not load["errors"])
-        add("calls_per_s", "concurrent clients: calls/s", load["calls_per_s"], f"≥ {CALLS_PER_S}", load["calls_per_s"] >= CALLS_PER_S)
+        add(
+            "calls_per_s",
+            "concurrent clients: calls/s",
+            load["calls_per_s"],
+            f"≥ {CALLS_PER_S}",
+            load["calls_per_s"] >= CALLS_PER_S,
+        )
         add("locked", 'concurrent clients: "database is locked" in the log', audit["database_locked_in_log"], "0",
             audit["database_locked_in_log"] == 0)  # fmt: skip
         exact = audit["records"] == audit["records_expected"] and audit["sessions_with_wrong_counts"] == 0
-        add("two_records", "audit records per call", f"{audit['records']}/{audit['records_expected'] // 2} calls", "exactly 2", exact)
+        add(
+            "two_records",
+            "audit records per call",
+            f"{audit['records']}/{audit['records_expected'] // 2} calls",
+            "exactly 2",
+            exact,
+        )
         add("chain", "audit chain after the load", audit["chain_intact"], "intact", audit["chain_intact"])
     admin = results.get("admin")
     if admin:
         pages = admin["pages"]
-        add("list_first", "audit list page, first load", pages["list_first_s"], f"< {PAGE_LIMIT_S} s", pages["list_first_s"] < PAGE_LIMIT_S)
+        add(
+            "list_first",
+            "audit list page, first load",
+            pages["list_first_s"],
+            f"< {PAGE_LIMIT_S} s",
+            pages["list_first_s"] < PAGE_LIMIT_S,
+        )
         warm = pages["list_warm"]["p95_ms"] / 1000
         add("list_warm", "audit list page, warm p95", warm, f"< {PAGE_LIMIT_S} s", warm < PAGE_LIMIT_S)
         verify = admin["verify"]
@@ -145,14 +183,18 @@ def table(results: dict[str, Any]) -> str:
     )
     rows.append(
         f"| 5 | audit after the load: {audit['records']} records for {audit['records_expected'] // 2} calls, chain "
-        f"{'intact' if audit['chain_intact'] else 'BROKEN'}, \"database is locked\" ×{audit['database_locked_in_log']} | | | | "
+        f'{"intact" if audit["chain_intact"] else "BROKEN"}, "database is locked" ×{audit["database_locked_in_log"]} | | | | '
         f"2 per call, intact, none | {_combined(found, 'two_records', 'chain', 'locked')} |"
     )
     admin = results["admin"]
     pages, records = admin["pages"], admin["records"]
-    rows.append(f"| 6 | audit list page, {records:,} records: first load | {_s(pages['list_first_s'])} | | | < {PAGE_LIMIT_S} s | {_met(found, 'list_first')} |")
+    rows.append(
+        f"| 6 | audit list page, {records:,} records: first load | {_s(pages['list_first_s'])} | | | < {PAGE_LIMIT_S} s | {_met(found, 'list_first')} |"
+    )
     warm = pages["list_warm"]
-    rows.append(f"| 6 | audit list page, warm ({warm['n']}) | {ms(warm['median_ms'])} | {ms(warm['p95_ms'])} | | < {PAGE_LIMIT_S} s | {_met(found, 'list_warm')} |")
+    rows.append(
+        f"| 6 | audit list page, warm ({warm['n']}) | {ms(warm['median_ms'])} | {ms(warm['p95_ms'])} | | < {PAGE_LIMIT_S} s | {_met(found, 'list_warm')} |"
+    )
     for name, label in (
         ("list_filtered", "filtered by tool"), ("list_last_7_days", "filtered by date (last 7 days)"),
         ("list_search", "search (matches)"), ("list_search_no_match", "search matching nothing (newest 200,000 records)"),
@@ -162,7 +204,9 @@ def table(results: dict[str, Any]) -> str:
         page = pages.get(name)
         if page is None:
             continue
-        rows.append(f"| 6 | {label} (first {ms(page['first_ms'])}) | {ms(page['median_ms'])} | {ms(page['p95_ms'])} | | | |")
+        rows.append(
+            f"| 6 | {label} (first {ms(page['first_ms'])}) | {ms(page['median_ms'])} | {ms(page['p95_ms'])} | | | |"
+        )
     verify = admin["verify"]
     rows.append(
         f"| 6 | `audit_verify`, {verify['records_checked'] or 0:,} records (command: {_s(verify['command_wall_s'])}) | "

@@ -89,8 +89,15 @@ async def floors_and_calls(server: LiveServer, sizes: Sizes) -> dict[str, dict[s
 async def floors_and_calls_of(servers: dict[str, LiveServer], sizes: Sizes) -> dict[str, dict[str, dict[str, Any]]]:
     """floors_and_calls for several servers at once (--compare), every kind of every server in the same turns."""
     http = {label: connection(server) for label, server in servers.items()}
-    calls = {"terminal_exec_true": ("terminal_exec", TRUE, "exit_code: 0"), "file_read_1kb": ("file_read", {"path": "bench-1kb.txt"}, "xxxx")}
-    sessions = {(label, name): McpSession(connection(server), server.token) for label, server in servers.items() for name in calls}
+    calls = {
+        "terminal_exec_true": ("terminal_exec", TRUE, "exit_code: 0"),
+        "file_read_1kb": ("file_read", {"path": "bench-1kb.txt"}, "xxxx"),
+    }
+    sessions = {
+        (label, name): McpSession(connection(server), server.token)
+        for label, server in servers.items()
+        for name in calls
+    }
 
     def get_health(label: str) -> Any:
         async def get() -> None:
@@ -134,7 +141,9 @@ async def floors_and_calls_of(servers: dict[str, LiveServer], sizes: Sizes) -> d
 # --- 4. large results: throughput and the server's peak memory ----------------------------------------------------
 
 
-async def large_result(servers: dict[str, LiveServer], tool: str, arguments: dict[str, Any], payload: int, repeats: int) -> dict[str, dict[str, Any]]:
+async def large_result(
+    servers: dict[str, LiveServer], tool: str, arguments: dict[str, Any], payload: int, repeats: int
+) -> dict[str, dict[str, Any]]:
     """One large call at a time, server after server in turn (one server but for --compare)."""
     sessions = {label: McpSession(connection(server), server.token) for label, server in servers.items()}
     durations: dict[str, list[float]] = {label: [] for label in servers}
@@ -182,9 +191,13 @@ async def throughput_of(servers: dict[str, LiveServer], sizes: Sizes) -> dict[st
     print_10mb = {"command": f"head -c {10 * MB} /dev/zero | tr '\\0' a"}
     print_huge = {"command": f"head -c {sizes.huge_bytes} /dev/zero | tr '\\0' a"}
     cases = {
-        "file_read_10mb": await large_result(servers, "file_read", {"path": "bench-10mb.txt"}, 10 * MB, sizes.big_repeats),
+        "file_read_10mb": await large_result(
+            servers, "file_read", {"path": "bench-10mb.txt"}, 10 * MB, sizes.big_repeats
+        ),
         "terminal_exec_10mb": await large_result(servers, "terminal_exec", print_10mb, 10 * MB, sizes.big_repeats),
-        "terminal_exec_huge": await large_result(servers, "terminal_exec", print_huge, sizes.huge_bytes, sizes.huge_repeats),
+        "terminal_exec_huge": await large_result(
+            servers, "terminal_exec", print_huge, sizes.huge_bytes, sizes.huge_repeats
+        ),
     }
     return {label: {name: case[label] for name, case in cases.items()} for label in servers}
 
@@ -192,7 +205,14 @@ async def throughput_of(servers: dict[str, LiveServer], sizes: Sizes) -> dict[st
 # --- 5. concurrent clients ------------------------------------------------------------------------------------------
 
 
-async def _client(server: LiveServer, calls: int, start: asyncio.Event, errors: Counter[str], durations: list[float], sessions: list[str]) -> int:
+async def _client(
+    server: LiveServer,
+    calls: int,
+    start: asyncio.Event,
+    errors: Counter[str],
+    durations: list[float],
+    sessions: list[str],
+) -> int:
     session = McpSession(connection(server), server.token)
     done = 0
     try:
@@ -331,7 +351,9 @@ class AdminBrowser:
             "csrfmiddlewaretoken": token.group(1).decode(), "username": "admin",
             "password": self.server.admin_password, "next": "/admin/",
         }).encode()  # fmt: skip
-        headers = self._headers({"Content-Type": "application/x-www-form-urlencoded", "Referer": f"{self.server.url}/admin/login/"})
+        headers = self._headers(
+            {"Content-Type": "application/x-www-form-urlencoded", "Referer": f"{self.server.url}/admin/login/"}
+        )
         response = await self.http.request("POST", "/admin/login/", headers, form)
         self._keep_cookies(response.headers.get("set-cookie-all", ""))
         if response.status != 302 or "sessionid" not in self.cookies:

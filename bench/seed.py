@@ -36,9 +36,17 @@ CREDENTIALS = [
 ]
 # tool: (weight, arguments, typical result)
 TOOLS: dict[str, tuple[int, dict[str, Any], str]] = {
-    "file_read": (30, {"path": "src/app/main.py", "offset": 0}, "import os\nimport sys\n\ndef main() -> None:\n    ..."),
+    "file_read": (
+        30,
+        {"path": "src/app/main.py", "offset": 0},
+        "import os\nimport sys\n\ndef main() -> None:\n    ...",
+    ),
     "file_list": (12, {"path": "src"}, "app/\ntests/\npyproject.toml\nREADME.md"),
-    "file_write": (10, {"path": "src/app/util.py", "content": "def helper() -> int:\n    return 42\n"}, "wrote 36 bytes"),
+    "file_write": (
+        10,
+        {"path": "src/app/util.py", "content": "def helper() -> int:\n    return 42\n"},
+        "wrote 36 bytes",
+    ),
     "file_move": (1, {"source": "notes.txt", "destination": "docs/notes.txt"}, "moved"),
     "file_delete": (1, {"path": "build/tmp.log"}, "deleted"),
     "file_mkdir": (1, {"path": "docs"}, "created"),
@@ -60,7 +68,13 @@ TOOLS: dict[str, tuple[int, dict[str, Any], str]] = {
 TOOL_NAMES = list(TOOLS)
 TOOL_WEIGHTS = [TOOLS[name][0] for name in TOOL_NAMES]
 # outcome, weight, reason
-OUTCOMES = [("ok", 88, ""), ("error", 8, ""), ("denied", 2, "read-only token"), ("timeout", 1, ""), ("cancelled", 1, "")]
+OUTCOMES = [
+    ("ok", 88, ""),
+    ("error", 8, ""),
+    ("denied", 2, "read-only token"),
+    ("timeout", 1, ""),
+    ("cancelled", 1, ""),
+]
 OUTCOME_WEIGHTS = [weight for _, weight, _ in OUTCOMES]
 EVENTS = ["auth.failed", "token.first_used", "admin.login", "token.created"]
 EVENT_SHARE = 0.02

@@ -42,7 +42,9 @@ def log(message: str) -> None:
 
 
 def git_commit(tree: Path = REPO) -> str:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tree, capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=tree, capture_output=True, text=True, check=False
+    )
     return done.stdout.strip()
 
 
@@ -54,7 +56,12 @@ class BenchServer(LiveServer):
 
     def manage(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
-            [sys.executable, "manage.py", *args], cwd=self.tree, env=self.env, capture_output=True, text=True, timeout=120
+            [sys.executable, "manage.py", *args],
+            cwd=self.tree,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         if check and result.returncode:
             raise AssertionError(f"manage.py {' '.join(args)} exited with {result.returncode}:\n{result.stderr}")
@@ -123,7 +130,9 @@ def _publish(building: Path, final: Path) -> Path:
     return final / "state"
 
 
-def seeded_state(cache: Path, count: int, log: Callable[[str], object] = print, tree: Path = REPO, reuse_older: bool = True) -> Path:
+def seeded_state(
+    cache: Path, count: int, log: Callable[[str], object] = print, tree: Path = REPO, reuse_older: bool = True
+) -> Path:
     """A copy of the base state dir with `count` seeded audit records; built once per schema and count.
 
     When only the schema moved on, the seeded database of the old one is migrated instead of seeded again

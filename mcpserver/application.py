@@ -64,7 +64,9 @@ async def announce_executor(services: Services) -> None:
             identity["user"],
         )
     if identity["root"] != os.path.realpath(services.executor.root):
-        logger.warning("the executor's workspace %s is not SANDSTORM_WORKSPACE_ROOT %s", identity["root"], services.executor.root)
+        logger.warning(
+            "the executor's workspace %s is not SANDSTORM_WORKSPACE_ROOT %s", identity["root"], services.executor.root
+        )
 
 
 @dataclass(frozen=True)

@@ -89,7 +89,12 @@ class BearerAuthMiddleware:
         scope[PRINCIPAL_KEY] = principal
         scope["user"] = AuthenticatedUser(
             # `token` holds the credential's id, never its secret: the SDK keeps this object for the session's life.
-            AccessToken(token=principal.key, client_id=principal.key, scopes=sorted(principal.scopes), subject=str(principal.user_id))
+            AccessToken(
+                token=principal.key,
+                client_id=principal.key,
+                scopes=sorted(principal.scopes),
+                subject=str(principal.user_id),
+            )
         )
         await self.app(scope, receive, send)
 
@@ -109,13 +114,21 @@ class BearerAuthMiddleware:
         await send_json(send, 401, body, [(b"www-authenticate", challenge.encode())])
 
     async def insufficient_scope(self, send: Send) -> None:
-        challenge = f'Bearer error="insufficient_scope", scope="{SCOPE_ALL}", resource_metadata="{self.resource_metadata_url}"'
-        body = {"error": "insufficient_scope", "error_description": f"The token carries neither {SCOPE_ALL} nor {SCOPE_READ}."}
+        challenge = (
+            f'Bearer error="insufficient_scope", scope="{SCOPE_ALL}", resource_metadata="{self.resource_metadata_url}"'
+        )
+        body = {
+            "error": "insufficient_scope",
+            "error_description": f"The token carries neither {SCOPE_ALL} nor {SCOPE_READ}.",
+        }
         await send_json(send, 403, body, [(b"www-authenticate", challenge.encode())])
 
     async def too_many(self, send: Send, wait: float) -> None:
         retry = RateLimiter.retry_after_header(wait)
-        body = {"error": "rate_limited", "error_description": f"Too many requests for this credential; retry in {retry}s."}
+        body = {
+            "error": "rate_limited",
+            "error_description": f"Too many requests for this credential; retry in {retry}s.",
+        }
         await send_json(send, 429, body, [(b"retry-after", retry.encode())])
 
 

@@ -48,7 +48,9 @@ def scope_refusal(spec: ToolSpec, principal: Principal, arguments: Mapping[str, 
     return f"Error: this credential's scope ({SCOPE_READ}) does not allow {refused}"
 
 
-async def dispatch(spec: ToolSpec, context: Context[Any, Any], arguments: dict[str, Any], services: Services) -> CallToolResult:
+async def dispatch(
+    spec: ToolSpec, context: Context[Any, Any], arguments: dict[str, Any], services: Services
+) -> CallToolResult:
     mark_dispatched()
     principal = principal_from_request(context.request_context.request)
     if principal is None:  # only reachable if the endpoint were mounted without our auth middleware
@@ -79,7 +81,9 @@ async def dispatch(spec: ToolSpec, context: Context[Any, Any], arguments: dict[s
     return render(result, services.result_cap)
 
 
-async def deny(actor: Actor, spec: ToolSpec, arguments: dict[str, Any], services: Services, reason: str) -> CallToolResult:
+async def deny(
+    actor: Actor, spec: ToolSpec, arguments: dict[str, Any], services: Services, reason: str
+) -> CallToolResult:
     await record_denied(actor, spec.name, arguments, reason)
     return render(ToolResult.error(reason), services.result_cap)
 
@@ -136,7 +140,9 @@ async def _finish(started: AuditRecord, outcome: str, result: ToolResult, began:
     # One log line per call: who, what and how it ended, never its arguments or result (they may hold secrets).
     credential = f"{started.credential_kind}:{started.credential_id} {started.credential_name}".strip()
     fields = {"call_id": started.call_id, "tool": started.tool, "user": started.username, "credential": credential}
-    logger.info("tool call %s %s", started.tool, outcome, extra={**fields, "outcome": outcome, "duration_ms": duration_ms})
+    logger.info(
+        "tool call %s %s", started.tool, outcome, extra={**fields, "outcome": outcome, "duration_ms": duration_ms}
+    )
     try:
         await acall_finished(
             started,

@@ -41,7 +41,9 @@ Hook = Callable[[], Awaitable[None]]
 class SessionManagerRunner:
     """Holds the session manager open; runs `on_start` before serving and `on_stop` after the last session closed."""
 
-    def __init__(self, manager: StreamableHTTPSessionManager, on_start: Hook | None = None, on_stop: Hook | None = None) -> None:
+    def __init__(
+        self, manager: StreamableHTTPSessionManager, on_start: Hook | None = None, on_stop: Hook | None = None
+    ) -> None:
         self.manager = manager
         self.on_start = on_start
         self.on_stop = on_stop

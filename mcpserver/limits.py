@@ -59,4 +59,3 @@ class ConcurrencyLimiter:
             self._in_flight[key] = count
         else:
             self._in_flight.pop(key, None)
-

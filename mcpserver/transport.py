@@ -156,5 +156,7 @@ def install() -> None:
     current = getattr(streamable_http_manager, "StreamableHTTPServerTransport", None)
     if current is not StreamableHTTPServerTransport and current is not SandstormTransport:
         # Without it the session caps would silently stop applying: refuse to start instead.
-        raise RuntimeError(f"mcp.server.streamable_http_manager no longer builds its transport as expected: {current!r}")
+        raise RuntimeError(
+            f"mcp.server.streamable_http_manager no longer builds its transport as expected: {current!r}"
+        )
     streamable_http_manager.StreamableHTTPServerTransport = SandstormTransport  # type: ignore[misc]  # the shim above

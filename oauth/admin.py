@@ -58,11 +58,20 @@ class BearerTokenAdmin(admin.ModelAdmin):
         setattr(request, NEW_SECRET_ATTRIBUTE, raw)  # lives only for this response, never in the session
         save_new_token(obj, request_actor(request))
 
-    def response_add(self, request: HttpRequest, obj: BearerToken, post_url_continue: str | None = None) -> HttpResponse:
+    def response_add(
+        self, request: HttpRequest, obj: BearerToken, post_url_continue: str | None = None
+    ) -> HttpResponse:
         raw = getattr(request, NEW_SECRET_ATTRIBUTE, None)
         if raw is None:
             return super().response_add(request, obj, post_url_continue)
-        context = {**self.admin_site.each_context(request), "token": obj, "secret": raw, "opts": self.model._meta, "title": "Token created", "mcp_url": settings.MCP_RESOURCE_URL}
+        context = {
+            **self.admin_site.each_context(request),
+            "token": obj,
+            "secret": raw,
+            "opts": self.model._meta,
+            "title": "Token created",
+            "mcp_url": settings.MCP_RESOURCE_URL,
+        }
         response = TemplateResponse(request, "admin/oauth/bearertoken/created.html", context)
         response["Cache-Control"] = "no-store"
         return response

@@ -35,10 +35,28 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(Application)
 class ClientAdmin(ReadOnlyAdmin):
-    list_display = ["name", "client_id", "registration_source", "client_type", "created", "registered_from", "last_token", "live_tokens"]
+    list_display = [
+        "name",
+        "client_id",
+        "registration_source",
+        "client_type",
+        "created",
+        "registered_from",
+        "last_token",
+        "live_tokens",
+    ]
     list_filter = ["registration_source", "client_type"]
     search_fields = ["name", "client_id"]
-    fields = ["name", "client_id", "registration_source", "client_type", "authorization_grant_type", "redirect_uris", "created", "updated"]
+    fields = [
+        "name",
+        "client_id",
+        "registration_source",
+        "client_type",
+        "authorization_grant_type",
+        "redirect_uris",
+        "created",
+        "updated",
+    ]
     actions = ["revoke", "revoke_and_remove"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Application]:
@@ -67,7 +85,11 @@ class ClientAdmin(ReadOnlyAdmin):
     @admin.action(description="Revoke every token of the selected clients")
     def revoke(self, request: HttpRequest, queryset: QuerySet[Application]) -> None:
         count = revoke_clients(queryset, request_actor(request))
-        self.message_user(request, f"Revoked the tokens of {count} client(s); their running tool calls were cancelled and their background processes are being stopped.", messages.SUCCESS)
+        self.message_user(
+            request,
+            f"Revoked the tokens of {count} client(s); their running tool calls were cancelled and their background processes are being stopped.",
+            messages.SUCCESS,
+        )
 
     @admin.action(description="Revoke and remove the selected clients")
     def revoke_and_remove(self, request: HttpRequest, queryset: QuerySet[Application]) -> None:
@@ -75,9 +97,16 @@ class ClientAdmin(ReadOnlyAdmin):
         chosen = list(queryset)
         revoke_clients(Application.objects.filter(pk__in=[app.pk for app in chosen]), actor)
         for application in chosen:
-            event("oauth.client_removed", actor, client_id=application.client_id, client=application_label(application.name, application.client_id))
+            event(
+                "oauth.client_removed",
+                actor,
+                client_id=application.client_id,
+                client=application_label(application.name, application.client_id),
+            )
             application.delete()
-        self.message_user(request, f"Removed {len(chosen)} client(s). They must register again to connect.", messages.SUCCESS)
+        self.message_user(
+            request, f"Removed {len(chosen)} client(s). They must register again to connect.", messages.SUCCESS
+        )
 
 
 @admin.register(AccessToken)
@@ -100,7 +129,11 @@ class AccessTokenAdmin(ReadOnlyAdmin):
     @admin.action(description="Revoke the selected access tokens (with their refresh tokens)")
     def revoke(self, request: HttpRequest, queryset: QuerySet[AccessToken]) -> None:
         count = revoke_access_tokens(queryset, request_actor(request))
-        self.message_user(request, f"Revoked {count} access token(s) and their refresh-token families; the running tool calls and background processes of their clients are being stopped.", messages.SUCCESS)
+        self.message_user(
+            request,
+            f"Revoked {count} access token(s) and their refresh-token families; the running tool calls and background processes of their clients are being stopped.",
+            messages.SUCCESS,
+        )
 
 
 @admin.register(RefreshToken)

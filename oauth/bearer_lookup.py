@@ -31,7 +31,12 @@ STEADY_COLUMNS = ("id", "name", "scope", "user_id", "user_username", "token_hash
 def valid_bearer(digest: str, now: datetime) -> QuerySet[BearerToken]:
     """The valid token with this hash at `now`, with its user's name as `user_username`."""
     username = get_user_model().USERNAME_FIELD
-    return BearerToken.objects.valid(now).filter(token_hash=digest).annotate(user_username=F(f"user__{username}")).order_by()
+    return (
+        BearerToken.objects.valid(now)
+        .filter(token_hash=digest)
+        .annotate(user_username=F(f"user__{username}"))
+        .order_by()
+    )
 
 
 def steady_bearer(digest: str, now: datetime, used_since: datetime) -> QuerySet[BearerToken]:

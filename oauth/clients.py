@@ -37,6 +37,12 @@ def prune_unused_clients(older_than: timedelta, by: Actor, *, dry_run: bool = Fa
         label = application_label(application.name, application.client_id)
         removed.append(label)
         if not dry_run:
-            event("oauth.client_pruned", by, client_id=application.client_id, client=label, registered=application.created.isoformat())
+            event(
+                "oauth.client_pruned",
+                by,
+                client_id=application.client_id,
+                client=label,
+                registered=application.created.isoformat(),
+            )
             application.delete()
     return removed

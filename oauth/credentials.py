@@ -98,7 +98,13 @@ def _lookup_bearer(lookup: CompiledLookup, alias: str, raw: str, client_address:
     if token.last_used_at is None:
         # Only one request wins the first use, however many arrive at once.
         if tokens.filter(last_used_at__isnull=True).update(last_used_at=now):
-            event("token.first_used", Actor(client_address=client_address), token_id=token.pk, name=token.name, prefix=token.prefix)
+            event(
+                "token.first_used",
+                Actor(client_address=client_address),
+                token_id=token.pk,
+                name=token.name,
+                prefix=token.prefix,
+            )
     elif now - token.last_used_at > LAST_USED_PRECISION:
         tokens.update(last_used_at=now)
     username = vars(token)["user_username"]  # the query's annotation

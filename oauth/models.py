@@ -33,7 +33,9 @@ class BearerTokenQuerySet(models.QuerySet["BearerToken"]):
     def active(self, now: datetime | None = None) -> BearerTokenQuerySet:
         """Unrevoked and unexpired at `now` (by default the present)."""
         now = timezone.now() if now is None else now
-        return self.filter(revoked_at__isnull=True).filter(models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now))
+        return self.filter(revoked_at__isnull=True).filter(
+            models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now)
+        )
 
     def valid(self, now: datetime | None = None) -> BearerTokenQuerySet:
         """The tokens that authenticate at `now` (scope aside): active, of an active user.
@@ -51,7 +53,10 @@ class BearerTokenQuerySet(models.QuerySet["BearerToken"]):
 class BearerToken(models.Model):
     name = models.CharField(max_length=100, help_text="What this token is for, e.g. 'claude-code on laptop'.")
     user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="bearer_tokens", help_text="Who the agent acts as."
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        related_name="bearer_tokens",
+        help_text="Who the agent acts as.",
     )
     scope = models.CharField(max_length=20, choices=SCOPE_CHOICES, default=SCOPE_ALL)
     token_hash = models.CharField(max_length=64, unique=True, editable=False)
@@ -98,7 +103,9 @@ class ClientRegistration(models.Model):
     application = models.OneToOneField(
         oauth2_settings.APPLICATION_MODEL, on_delete=models.CASCADE, related_name="sandstorm_registration"
     )
-    source = models.CharField(max_length=8, choices=[(SOURCE_DCR, "dynamic registration"), (SOURCE_CIMD, "metadata document")])
+    source = models.CharField(
+        max_length=8, choices=[(SOURCE_DCR, "dynamic registration"), (SOURCE_CIMD, "metadata document")]
+    )
     client_address = models.CharField(max_length=64, blank=True)
     user_agent = models.CharField(max_length=300, blank=True)
     registered_at = models.DateTimeField(default=timezone.now)

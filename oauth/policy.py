@@ -71,7 +71,9 @@ class SandstormValidator(OAuth2Validator):
         self._bind_resource(request)
 
     # --- redirect URIs --------------------------------------------------------------------------------------------
-    def validate_redirect_uri(self, client_id: str, redirect_uri: str, request: Request, *args: Any, **kwargs: Any) -> bool:
+    def validate_redirect_uri(
+        self, client_id: str, redirect_uri: str, request: Request, *args: Any, **kwargs: Any
+    ) -> bool:
         if redirect_uri_refusal(redirect_uri) is not None:
             return False
         return bool(super().validate_redirect_uri(client_id, redirect_uri, request, *args, **kwargs))
@@ -81,7 +83,9 @@ class SandstormValidator(OAuth2Validator):
         return uri if uri and redirect_uri_refusal(uri) is None else None
 
     # --- codes: single use, and replay revokes what the code produced ----------------------------------------------
-    def validate_code(self, client_id: str, code: str, client: Application, request: Request, *args: Any, **kwargs: Any) -> bool:
+    def validate_code(
+        self, client_id: str, code: str, client: Application, request: Request, *args: Any, **kwargs: Any
+    ) -> bool:
         if super().validate_code(client_id, code, client, request, *args, **kwargs):
             return True
         if revoke_tokens_of_replayed_code(code, client, client_address(request)):
@@ -111,7 +115,11 @@ class SandstormValidator(OAuth2Validator):
         family = None
         if refresh:
             refresh_checksum = hashlib.sha256(refresh.encode("utf-8")).hexdigest()
-            family = RefreshToken.objects.filter(token_checksum=refresh_checksum).values_list("token_family", flat=True).first()
+            family = (
+                RefreshToken.objects.filter(token_checksum=refresh_checksum)
+                .values_list("token_family", flat=True)
+                .first()
+            )
         access_checksum = hashlib.sha256(token["access_token"].encode("utf-8")).hexdigest()
         access_id = AccessToken.objects.filter(token_checksum=access_checksum).values_list("pk", flat=True).first()
         CodeExchange.objects.create(
@@ -122,17 +130,25 @@ class SandstormValidator(OAuth2Validator):
             access_token_id=access_id,
         )
 
-    def invalidate_authorization_code(self, client_id: str, code: str, request: Request, *args: Any, **kwargs: Any) -> None:
+    def invalidate_authorization_code(
+        self, client_id: str, code: str, request: Request, *args: Any, **kwargs: Any
+    ) -> None:
         if getattr(request, CODE_CONSUMED, False):
             return  # already deleted by _consume_code, in the transaction that stored the tokens
         super().invalidate_authorization_code(client_id, code, request, *args, **kwargs)
 
     # --- refresh-token reuse ----------------------------------------------------------------------------------------
-    def validate_refresh_token(self, refresh_token: str, client: Application, request: Request, *args: Any, **kwargs: Any) -> bool:
+    def validate_refresh_token(
+        self, refresh_token: str, client: Application, request: Request, *args: Any, **kwargs: Any
+    ) -> bool:
         valid = bool(super().validate_refresh_token(refresh_token, client, request, *args, **kwargs))
         if not valid:
             checksum = hashlib.sha256(refresh_token.encode("utf-8")).hexdigest()
-            reused = RefreshToken.objects.filter(token_checksum=checksum, revoked__isnull=False).select_related("application").first()
+            reused = (
+                RefreshToken.objects.filter(token_checksum=checksum, revoked__isnull=False)
+                .select_related("application")
+                .first()
+            )
             if reused is not None:
                 # The toolkit has just revoked the whole family (REFRESH_TOKEN_REUSE_PROTECTION): a revocation like
                 # any other, so the client's running calls are cancelled and its background processes stopped.
@@ -143,7 +159,9 @@ class SandstormValidator(OAuth2Validator):
                     client=application_label(reused.application.name, reused.application.client_id),
                     user_id=reused.user_id,
                 )
-                announce([oauth_key(reused.application_id, reused.user_id)], reason=Revocation.REASON_REFRESH_REUSE, by=None)
+                announce(
+                    [oauth_key(reused.application_id, reused.user_id)], reason=Revocation.REASON_REFRESH_REUSE, by=None
+                )
         return valid
 
     # --- clients --------------------------------------------------------------------------------------------------
@@ -157,7 +175,11 @@ class SandstormValidator(OAuth2Validator):
         agent = str(request.headers.get("HTTP_USER_AGENT", ""))[:300]
         _, created = ClientRegistration.objects.get_or_create(
             application=application,
-            defaults={"source": ClientRegistration.SOURCE_CIMD, "client_address": client_address(request), "user_agent": agent},
+            defaults={
+                "source": ClientRegistration.SOURCE_CIMD,
+                "client_address": client_address(request),
+                "user_agent": agent,
+            },
         )
         if created:
             event(

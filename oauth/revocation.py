@@ -46,7 +46,11 @@ def announce(
         # chain's lock (taken by the event recorded with every revocation anyway) makes them wait their turn.
         lock_head()
         revocation = Revocation.objects.create(
-            keys=unique, prefixes=prefix_list, reason=reason, stop_background=stop_background, username=by.username if by else ""
+            keys=unique,
+            prefixes=prefix_list,
+            reason=reason,
+            stop_background=stop_background,
+            username=by.username if by else "",
         )
     transaction.on_commit(lambda: credentials_revoked.send(sender=Revocation, revocation=revocation))
     return revocation
@@ -56,8 +60,14 @@ def client_keys(application_ids: Iterable[int]) -> set[str]:
     """The principal keys of every user holding a live token or pending code of these clients."""
     ids = list(application_ids)
     pairs: set[tuple[int, int]] = set()
-    pairs.update(AccessToken.objects.filter(application_id__in=ids, user__isnull=False).values_list("application_id", "user_id"))
-    pairs.update(RefreshToken.objects.filter(application_id__in=ids, revoked__isnull=True).values_list("application_id", "user_id"))
+    pairs.update(
+        AccessToken.objects.filter(application_id__in=ids, user__isnull=False).values_list("application_id", "user_id")
+    )
+    pairs.update(
+        RefreshToken.objects.filter(application_id__in=ids, revoked__isnull=True).values_list(
+            "application_id", "user_id"
+        )
+    )
     pairs.update(Grant.objects.filter(application_id__in=ids).values_list("application_id", "user_id"))
     return {oauth_key(application_id, user_id) for application_id, user_id in pairs}
 
@@ -66,7 +76,9 @@ def revoke_everything_of(applications: QuerySet[Application]) -> dict[str, Any]:
     """Delete the access tokens and pending codes and revoke the refresh tokens of these clients (in bulk)."""
     now = timezone.now()
     return {
-        "access_tokens": AccessToken.objects.filter(application__in=applications).delete()[1].get(AccessToken._meta.label, 0),
+        "access_tokens": AccessToken.objects.filter(application__in=applications)
+        .delete()[1]
+        .get(AccessToken._meta.label, 0),
         "refresh_tokens": RefreshToken.objects.filter(application__in=applications, revoked__isnull=True).update(
             revoked=now, updated=now, access_token=None
         ),
@@ -83,7 +95,13 @@ def revoke_clients(applications: QuerySet[Application], by: Actor | None) -> int
         # after it, so two transactions never wait for each other in a circle (a deadlock on PostgreSQL).
         counts = [revoke_everything_of(Application.objects.filter(pk=application.pk)) for application in chosen]
         for application, revoked in zip(chosen, counts, strict=True):
-            event("oauth.client_revoked", by, client_id=application.client_id, client=application_label(application.name, application.client_id), **revoked)
+            event(
+                "oauth.client_revoked",
+                by,
+                client_id=application.client_id,
+                client=application_label(application.name, application.client_id),
+                **revoked,
+            )
         announce(keys, reason=Revocation.REASON_CLIENT, by=by)
     return len(chosen)
 
@@ -106,7 +124,13 @@ def revoke_access_tokens(tokens: QuerySet[AccessToken], by: Actor | None) -> int
         for token in chosen:
             revoke_family_of(token)
             label = application_label(token.application.name, token.application.client_id) if token.application else ""
-            event("oauth.token_revoked", by, token_id=token.pk, client=label, owner=token.user.get_username() if token.user else "")
+            event(
+                "oauth.token_revoked",
+                by,
+                token_id=token.pk,
+                client=label,
+                owner=token.user.get_username() if token.user else "",
+            )
         announce(keys, reason=Revocation.REASON_TOKEN, by=by)
     return len(chosen)
 
@@ -118,7 +142,9 @@ def code_hash(code: str) -> str:
 def revoke_tokens_of_replayed_code(code: str, application: Application, client_address: str = "") -> bool:
     """A used authorization code came back: revoke what it was exchanged for. True if there was something."""
     with transaction.atomic():
-        exchange = CodeExchange.objects.select_for_update().filter(code_hash=code_hash(code), application=application).first()
+        exchange = (
+            CodeExchange.objects.select_for_update().filter(code_hash=code_hash(code), application=application).first()
+        )
         if exchange is None:
             return False
         if exchange.token_family is not None:

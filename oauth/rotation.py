@@ -49,7 +49,11 @@ def _live_access_tokens() -> Q:
 
 
 def _clients_with_credentials() -> set[int]:
-    ids: set[int] = set(AccessToken.objects.filter(_live_access_tokens(), application__isnull=False).values_list("application_id", flat=True))
+    ids: set[int] = set(
+        AccessToken.objects.filter(_live_access_tokens(), application__isnull=False).values_list(
+            "application_id", flat=True
+        )
+    )
     ids.update(RefreshToken.objects.filter(revoked__isnull=True).values_list("application_id", flat=True))
     ids.update(Grant.objects.values_list("application_id", flat=True))
     return ids

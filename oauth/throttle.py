@@ -85,7 +85,9 @@ def known_address_digest(username: str, address: str) -> str:
 
 def is_known_address(username: str, address: str) -> bool:
     since = timezone.now() - KNOWN_ADDRESS_LIFETIME
-    return KnownLoginAddress.objects.filter(digest=known_address_digest(username, address), last_login_at__gte=since).exists()
+    return KnownLoginAddress.objects.filter(
+        digest=known_address_digest(username, address), last_login_at__gte=since
+    ).exists()
 
 
 def growing_wait(failures: int, free: int, first: timedelta, cap: timedelta) -> timedelta:
@@ -95,7 +97,9 @@ def growing_wait(failures: int, free: int, first: timedelta, cap: timedelta) -> 
     return min(first * 2 ** min(failures - free, 20), cap)
 
 
-def _wait_after_last(failures: QuerySet[LoginFailure], free: int, first: timedelta, cap: timedelta, now: datetime) -> float:
+def _wait_after_last(
+    failures: QuerySet[LoginFailure], free: int, first: timedelta, cap: timedelta, now: datetime
+) -> float:
     count = failures.count()
     if count < free:
         return 0.0
@@ -170,5 +174,9 @@ def remember_address(sender: Any, request: HttpRequest | None, user: Any, **kwar
     KnownLoginAddress.objects.update_or_create(
         digest=known_address_digest(username, address), defaults={"user": user, "last_login_at": timezone.now()}
     )
-    keep = KnownLoginAddress.objects.filter(user=user).order_by("-last_login_at").values_list("pk", flat=True)[:KNOWN_ADDRESSES_PER_USER]
+    keep = (
+        KnownLoginAddress.objects.filter(user=user)
+        .order_by("-last_login_at")
+        .values_list("pk", flat=True)[:KNOWN_ADDRESSES_PER_USER]
+    )
     KnownLoginAddress.objects.filter(user=user).exclude(pk__in=list(keep)).delete()

@@ -20,7 +20,13 @@ BOOTSTRAP_NAME = "bootstrap"
 
 
 def token_detail(token: BearerToken) -> dict[str, Any]:
-    return {"token_id": token.pk, "name": token.name, "prefix": token.prefix, "owner": token.user.get_username(), "scope": token.scope}
+    return {
+        "token_id": token.pk,
+        "name": token.name,
+        "prefix": token.prefix,
+        "owner": token.user.get_username(),
+        "scope": token.scope,
+    }
 
 
 def issue_token(

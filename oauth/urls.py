@@ -18,12 +18,20 @@ urlpatterns = [
     path("oauth/revoke/", toolkit.RevokeTokenView.as_view(), name="revoke-token"),
     path("oauth/register/", RegistrationView.as_view(), name="dcr-register"),
     path("oauth/register/<str:client_id>/", RegistrationManagementView.as_view(), name="dcr-register-management"),
-    path(".well-known/oauth-authorization-server", toolkit.OAuthServerMetadataView.as_view(), name="oauth-server-metadata"),
+    path(
+        ".well-known/oauth-authorization-server",
+        toolkit.OAuthServerMetadataView.as_view(),
+        name="oauth-server-metadata",
+    ),
     # RFC 9728: the path form for the resource <public url>/mcp first, then the root form some clients try.
     path(
         ".well-known/oauth-protected-resource/mcp",
         toolkit.OAuthProtectedResourceMetadataView.as_view(),
         name="oauth-resource-metadata-path",
     ),
-    path(".well-known/oauth-protected-resource", toolkit.OAuthProtectedResourceMetadataView.as_view(), name="oauth-resource-metadata"),
+    path(
+        ".well-known/oauth-protected-resource",
+        toolkit.OAuthProtectedResourceMetadataView.as_view(),
+        name="oauth-resource-metadata",
+    ),
 ]

@@ -72,7 +72,9 @@ TOOL_ENV_ALLOW = tuple(name for name in env_str("SANDSTORM_TOOL_ENV_ALLOW", "").
 TOOL_MAX_PROCESSES = env_int("SANDSTORM_TOOL_MAX_PROCESSES", DEFAULT_MAX_PROCESSES)
 TOOL_MAX_MEMORY = env_int("SANDSTORM_TOOL_MAX_MEMORY", default_max_memory())
 if 0 < TOOL_MAX_MEMORY < MIN_MAX_MEMORY:
-    raise ImproperlyConfigured(f"SANDSTORM_TOOL_MAX_MEMORY must be 0 (off) or at least {MIN_MAX_MEMORY}, not {TOOL_MAX_MEMORY}")
+    raise ImproperlyConfigured(
+        f"SANDSTORM_TOOL_MAX_MEMORY must be 0 (off) or at least {MIN_MAX_MEMORY}, not {TOOL_MAX_MEMORY}"
+    )
 OUTPUT_MAX_BYTES = env_int("SANDSTORM_OUTPUT_MAX_BYTES", DEFAULT_OUTPUT_MAX_BYTES)
 
 # --- hosts -------------------------------------------------------------------------------------------------------

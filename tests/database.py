@@ -22,8 +22,12 @@ import pytest
 
 POSTGRES_URL = os.environ.get("DATABASE_URL", "").strip()
 ON_POSTGRES = bool(POSTGRES_URL)
-requires_sqlite = pytest.mark.skipif(ON_POSTGRES, reason="SQLite only: the suite runs against PostgreSQL (DATABASE_URL)")
-requires_postgres = pytest.mark.skipif(not ON_POSTGRES, reason="PostgreSQL only: the suite runs against SQLite (no DATABASE_URL)")
+requires_sqlite = pytest.mark.skipif(
+    ON_POSTGRES, reason="SQLite only: the suite runs against PostgreSQL (DATABASE_URL)"
+)
+requires_postgres = pytest.mark.skipif(
+    not ON_POSTGRES, reason="PostgreSQL only: the suite runs against SQLite (no DATABASE_URL)"
+)
 LIVE_PREFIX = "sandstorm_live_"
 
 Row = dict[str, Any]
@@ -144,10 +148,24 @@ def copy_server_database(env: Mapping[str, str], state_dir: Path) -> dict[str, s
     """
     source = ServerDatabase(env)
     if not source.url:
-        with closing(sqlite3.connect(source.sqlite_path)) as reader, closing(sqlite3.connect(state_dir / "sandstorm.sqlite3")) as writer:
+        with (
+            closing(sqlite3.connect(source.sqlite_path)) as reader,
+            closing(sqlite3.connect(state_dir / "sandstorm.sqlite3")) as writer,
+        ):
             reader.backup(writer)
         return {"SANDSTORM_STATE_DIR": str(state_dir)}
     target = new_postgres_database()
-    dump = subprocess.run(["pg_dump", "--no-owner", "--no-privileges", "--dbname", source.url], capture_output=True, check=True, timeout=120)
-    subprocess.run(["psql", "--quiet", "--no-psqlrc", "-v", "ON_ERROR_STOP=1", "--dbname", target], input=dump.stdout, capture_output=True, check=True, timeout=120)
+    dump = subprocess.run(
+        ["pg_dump", "--no-owner", "--no-privileges", "--dbname", source.url],
+        capture_output=True,
+        check=True,
+        timeout=120,
+    )
+    subprocess.run(
+        ["psql", "--quiet", "--no-psqlrc", "-v", "ON_ERROR_STOP=1", "--dbname", target],
+        input=dump.stdout,
+        capture_output=True,
+        check=True,
+        timeout=120,
+    )
     return {"SANDSTORM_STATE_DIR": str(state_dir), "DATABASE_URL": target}

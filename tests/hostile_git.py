@@ -67,8 +67,18 @@ class Hostile:
 
 
 ALL_HOOKS = (
-    "pre-commit", "prepare-commit-msg", "commit-msg", "post-commit", "post-checkout", "pre-push", "post-merge",
-    "pre-merge-commit", "reference-transaction", "pre-auto-gc", "post-index-change", "post-rewrite",
+    "pre-commit",
+    "prepare-commit-msg",
+    "commit-msg",
+    "post-commit",
+    "post-checkout",
+    "pre-push",
+    "post-merge",
+    "pre-merge-commit",
+    "reference-transaction",
+    "pre-auto-gc",
+    "post-index-change",
+    "post-rewrite",
 )
 REMOTE_HOOKS = ("pre-receive", "update", "post-receive", "post-update", "reference-transaction", "push-to-checkout")
 
@@ -83,7 +93,12 @@ def _nested_bare(h: Hostile) -> Path:
     signed = f"{header}\n{signature}\n\n{message}"
     forged = subprocess.run(
         ["git", "hash-object", "-t", "commit", "-w", "--stdin"],
-        cwd=nested, env=h.env, input=signed, capture_output=True, text=True, check=True,
+        cwd=nested,
+        env=h.env,
+        input=signed,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     h.git(nested, "update-ref", "refs/heads/main", forged)
     (nested / "payload.sh").write_text(h.payload.read_text())
@@ -205,18 +220,42 @@ def ext_protocol(h: Hostile) -> None:
 VECTORS: dict[str, Callable[[Hostile], None]] = {
     function.__name__.replace("_", "-"): function
     for function in (
-        nested_bare_gpg, nested_bare_worktree_fsmonitor, fsmonitor, fsmonitor_by_include, diff_external, textconv,
-        filter_clean_smudge, filter_process, hooks, hooks_path, remote_hooks, push_instead_of,
+        nested_bare_gpg,
+        nested_bare_worktree_fsmonitor,
+        fsmonitor,
+        fsmonitor_by_include,
+        diff_external,
+        textconv,
+        filter_clean_smudge,
+        filter_process,
+        hooks,
+        hooks_path,
+        remote_hooks,
+        push_instead_of,
         ssh_command,
-        git_proxy, pack_programs, credential_helper, askpass, merge_driver, gpg_signing,
-        alternate_refs, ext_protocol,
+        git_proxy,
+        pack_programs,
+        credential_helper,
+        askpass,
+        merge_driver,
+        gpg_signing,
+        alternate_refs,
+        ext_protocol,
     )
 }
 
 # The vectors a read-only tool (status, diff, log, branch list) reaches; the others need a write tool.
 READ_REACHABLE = (
-    "nested-bare-gpg", "nested-bare-worktree-fsmonitor", "fsmonitor", "fsmonitor-by-include", "diff-external",
-    "textconv", "filter-clean-smudge", "filter-process", "hooks", "hooks-path",  # post-index-change on status
+    "nested-bare-gpg",
+    "nested-bare-worktree-fsmonitor",
+    "fsmonitor",
+    "fsmonitor-by-include",
+    "diff-external",
+    "textconv",
+    "filter-clean-smudge",
+    "filter-process",
+    "hooks",
+    "hooks-path",  # post-index-change on status
 )
 
 
@@ -269,7 +308,10 @@ def unauthorized_http() -> Iterator[str]:
 def calls(h: Hostile, *, writes: bool) -> list[tuple[str, dict[str, object]]]:
     """The tool calls to make against `h` (paths relative to the workspace are made by the caller)."""
     read: list[tuple[str, dict[str, object]]] = [
-        ("git_status", {}), ("git_diff", {}), ("git_log", {"n": 5}), ("git_branch", {}),
+        ("git_status", {}),
+        ("git_diff", {}),
+        ("git_log", {"n": 5}),
+        ("git_branch", {}),
     ]
     if not writes:
         return read

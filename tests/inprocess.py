@@ -47,7 +47,13 @@ class InProcessExecutor(LocalExecutor):
     socket_path = "the in-process executor of the test"
 
     async def identity(self) -> dict[str, Any]:
-        return {"pid": os.getpid(), "uid": os.getuid(), "user": pwd.getpwuid(os.getuid()).pw_name, "root": self.root, "disk_free": None}
+        return {
+            "pid": os.getpid(),
+            "uid": os.getuid(),
+            "user": pwd.getpwuid(os.getuid()).pw_name,
+            "root": self.root,
+            "disk_free": None,
+        }
 
 
 @dataclass
@@ -68,7 +74,9 @@ class InProcessServer:
         if token is not None:
             extra["Authorization"] = f"Bearer {token}"
         transport = httpx2.ASGITransport(app=self.app)
-        return httpx2.AsyncClient(transport=transport, base_url=settings.PUBLIC_URL, headers={**MCP_HEADERS, **extra}, timeout=60)
+        return httpx2.AsyncClient(
+            transport=transport, base_url=settings.PUBLIC_URL, headers={**MCP_HEADERS, **extra}, timeout=60
+        )
 
     async def post(self, token: str | None, message: dict[str, Any], **headers: str) -> httpx2.Response:
         async with self.http(token, **headers) as client:
@@ -94,7 +102,10 @@ class InProcessServer:
     @contextlib.asynccontextmanager
     async def client(self, token: str) -> AsyncIterator[Client]:
         """The official SDK client over the ASGI transport, in 2026-07-28 mode (no GET stream to wait on)."""
-        async with self.http(token) as http, Client(streamable_http_client(self.url, http_client=http), mode=STATELESS_VERSION) as client:
+        async with (
+            self.http(token) as http,
+            Client(streamable_http_client(self.url, http_client=http), mode=STATELESS_VERSION) as client,
+        ):
             yield client
 
 

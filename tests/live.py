@@ -197,7 +197,9 @@ def auth_headers(token: str) -> dict[str, str]:
 
 
 @contextlib.asynccontextmanager
-async def mcp_client(url: str, token: str, *, mode: str = "legacy", headers: dict[str, str] | None = None) -> AsyncIterator[Client]:
+async def mcp_client(
+    url: str, token: str, *, mode: str = "legacy", headers: dict[str, str] | None = None
+) -> AsyncIterator[Client]:
     """The official SDK client over streamable HTTP; `mode` "legacy" (handshake + session) or "2026-07-28"."""
     http = httpx2.AsyncClient(headers={**auth_headers(token), **(headers or {})}, timeout=httpx2.Timeout(60, read=330))
     async with http:

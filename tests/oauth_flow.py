@@ -20,6 +20,8 @@ import httpx2
 from tests.live import INITIALIZE, MCP_HEADERS, LiveServer
 
 LOOPBACK_REDIRECT = "http://127.0.0.1:33418/callback"
+
+
 def pkce() -> tuple[str, str]:
     """A code verifier and its S256 challenge."""
     verifier = secrets.token_urlsafe(48)
@@ -85,7 +87,9 @@ def register(server: LiveServer, redirect_uri: str = LOOPBACK_REDIRECT, **metada
     return Client(data["client_id"], data.get("client_secret"), redirect_uri, data)
 
 
-def authorize_url(server: LiveServer, client: Client, challenge: str | None, state: str = "st-1", **extra: str | None) -> str:
+def authorize_url(
+    server: LiveServer, client: Client, challenge: str | None, state: str = "st-1", **extra: str | None
+) -> str:
     """The authorization request's URL; an `extra` of None leaves that parameter out."""
     params = {
         "response_type": "code",
@@ -134,7 +138,13 @@ class AdminSession:
 
 
 def exchange(server: LiveServer, client: Client, code: str, verifier: str | None, **extra: str) -> httpx2.Response:
-    data = {"grant_type": "authorization_code", "code": code, "redirect_uri": client.redirect_uri, **client.credentials(), **extra}
+    data = {
+        "grant_type": "authorization_code",
+        "code": code,
+        "redirect_uri": client.redirect_uri,
+        **client.credentials(),
+        **extra,
+    }
     if verifier is not None:
         data["code_verifier"] = verifier
     return httpx2.post(f"{server.url}/oauth/token/", data=data, timeout=30)
@@ -155,7 +165,9 @@ def obtain_tokens(server: LiveServer, admin: AdminSession, client: Client, scope
 
 
 def mcp_status(server: LiveServer, token: str) -> httpx2.Response:
-    return httpx2.post(server.mcp_url, json=INITIALIZE, headers={**MCP_HEADERS, "Authorization": f"Bearer {token}"}, timeout=10)
+    return httpx2.post(
+        server.mcp_url, json=INITIALIZE, headers={**MCP_HEADERS, "Authorization": f"Bearer {token}"}, timeout=10
+    )
 
 
 def shell(server: LiveServer, code: str) -> str:

@@ -16,7 +16,9 @@ def mcp_status(server: LiveServer, token: str) -> int:
     return response.status_code
 
 
-def test_a_token_created_in_the_admin_is_shown_once_works_and_can_be_revoked(admin_page: Page, live_server: LiveServer) -> None:
+def test_a_token_created_in_the_admin_is_shown_once_works_and_can_be_revoked(
+    admin_page: Page, live_server: LiveServer
+) -> None:
     page = admin_page
     page.goto(f"{live_server.url}/admin/oauth/bearertoken/add/")
     page.fill("#id_name", "from-the-browser")

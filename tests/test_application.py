@@ -20,10 +20,25 @@ from oauth.agent_identity import agent_user, remember_agent_user
 from oauth.credentials import Principal
 
 PRINCIPAL = Principal(
-    user_id=1, username="agent", credential_kind="bearer", credential_id=7, credential_name="t", scopes=frozenset({"mcp"})
+    user_id=1,
+    username="agent",
+    credential_kind="bearer",
+    credential_id=7,
+    credential_name="t",
+    scopes=frozenset({"mcp"}),
 )
-STRICT = {"RATE_LIMIT_PER_MINUTE": 1, "MAX_CONCURRENT_CALLS": 2, "RESULT_CAP_BYTES": 8192, "MAX_SESSIONS_PER_CREDENTIAL": 3}
-LENIENT = {"RATE_LIMIT_PER_MINUTE": 50, "MAX_CONCURRENT_CALLS": 9, "RESULT_CAP_BYTES": 65536, "MAX_SESSIONS_PER_CREDENTIAL": 11}
+STRICT = {
+    "RATE_LIMIT_PER_MINUTE": 1,
+    "MAX_CONCURRENT_CALLS": 2,
+    "RESULT_CAP_BYTES": 8192,
+    "MAX_SESSIONS_PER_CREDENTIAL": 3,
+}
+LENIENT = {
+    "RATE_LIMIT_PER_MINUTE": 50,
+    "MAX_CONCURRENT_CALLS": 9,
+    "RESULT_CAP_BYTES": 65536,
+    "MAX_SESSIONS_PER_CREDENTIAL": 11,
+}
 
 
 @pytest.fixture(autouse=True)

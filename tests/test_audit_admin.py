@@ -93,10 +93,17 @@ def test_adding_a_record_is_refused_even_to_a_superuser(admin_client: Client) ->
 
 def test_changing_a_record_is_refused_even_to_a_superuser(admin_client: Client) -> None:
     call = make_call(arguments={"command": "ls"})
-    response = admin_client.post(f"{CHANGELIST}{call.pk}/change/", {"tool": "forged", "arguments": "{}", "username": "x"})
+    response = admin_client.post(
+        f"{CHANGELIST}{call.pk}/change/", {"tool": "forged", "arguments": "{}", "username": "x"}
+    )
     assert response.status_code == 403
     stored = AuditRecord.objects.get(pk=call.pk)
-    assert (stored.tool, stored.arguments, stored.username, stored.mac) == ("terminal_exec", {"command": "ls"}, "alice", call.mac)
+    assert (stored.tool, stored.arguments, stored.username, stored.mac) == (
+        "terminal_exec",
+        {"command": "ls"},
+        "alice",
+        call.mac,
+    )
 
 
 def test_deleting_a_record_is_refused_even_to_a_superuser(admin_client: Client) -> None:
@@ -166,9 +173,16 @@ def test_the_call_list_shows_one_row_per_call_newest_first_with_its_outcome(admi
 
 CALLS: dict[str, dict[str, Any]] = {
     "exec-ok": dict(tool="terminal_exec", arguments={"command": "pytest -q"}, outcome="ok"),
-    "exec-error": dict(tool="terminal_exec", arguments={"command": "make deploy"}, outcome="error", result="Permission denied (publickey)"),
+    "exec-error": dict(
+        tool="terminal_exec",
+        arguments={"command": "make deploy"},
+        outcome="error",
+        result="Permission denied (publickey)",
+    ),
     "read-running": dict(tool="file_read", arguments={"path": "README.md"}, outcome=None),
-    "bob-oauth": dict(tool="git_status", arguments={}, outcome="ok", who=actor("bob", "oauth", "3", "claude.ai", "session-b")),
+    "bob-oauth": dict(
+        tool="git_status", arguments={}, outcome="ok", who=actor("bob", "oauth", "3", "claude.ai", "session-b")
+    ),
 }
 FILTER_CASES = [
     ("tool=terminal_exec", {"exec-ok", "exec-error"}),
@@ -201,7 +215,9 @@ def test_filters_and_search_pick_the_same_calls_in_the_list_and_in_the_exports(
     assert {by_call_id[call_id] for call_id in exported_ids(admin_client, query)} == expected
 
 
-def test_the_date_filter_applies_to_the_list_and_the_exports(admin_client: Client, calls: dict[str, AuditRecord]) -> None:
+def test_the_date_filter_applies_to_the_list_and_the_exports(
+    admin_client: Client, calls: dict[str, AuditRecord]
+) -> None:
     tomorrow = (timezone.now() + timedelta(days=1)).date().isoformat()
     assert listed_ids(admin_client.get(f"{CHANGELIST}?created_at__gte={tomorrow}")) == []
     assert exported_ids(admin_client, f"created_at__gte={tomorrow}") == []
@@ -209,7 +225,9 @@ def test_the_date_filter_applies_to_the_list_and_the_exports(admin_client: Clien
     assert len(exported_ids(admin_client, f"created_at__lt={tomorrow}")) == len(CALLS)
 
 
-def test_the_filter_sidebar_offers_recent_tools_users_and_credentials(admin_client: Client, calls: dict[str, AuditRecord]) -> None:
+def test_the_filter_sidebar_offers_recent_tools_users_and_credentials(
+    admin_client: Client, calls: dict[str, AuditRecord]
+) -> None:
     content = admin_client.get(CHANGELIST).content.decode()
     for link in ("?tool=file_read", "?user=bob", "?credential=oauth%3A3", "?credential_kind=oauth", "?outcome=running"):
         assert link in content, link
@@ -230,7 +248,11 @@ def test_the_call_list_never_counts_the_table(admin_client: Client, monkeypatch:
         with CaptureQueriesContext(connection) as captured:
             response = admin_client.get(f"{CHANGELIST}{query}")
         assert response.status_code == 200
-        counts = [q["sql"] for q in captured.captured_queries if "COUNT(" in q["sql"].upper() and "audit_auditrecord" in q["sql"]]
+        counts = [
+            q["sql"]
+            for q in captured.captured_queries
+            if "COUNT(" in q["sql"].upper() and "audit_auditrecord" in q["sql"]
+        ]
         assert counts == [], counts
     page_two = admin_client.get(f"{CHANGELIST}?p=2")
     assert listed_ids(page_two) == newest_first[2:4]
@@ -250,7 +272,9 @@ def test_a_list_that_fits_on_one_page_runs_its_search_once(admin_client: Client)
     assert len(searches) == 1, searches  # Django's changelist would run it again for a single page
 
 
-def test_the_list_searches_the_newest_records_and_offers_to_search_all(admin_client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_list_searches_the_newest_records_and_offers_to_search_all(
+    admin_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr("audit.admin.SEARCH_WINDOW", 4)  # records: two calls
     old = make_call(arguments={"command": "echo needle"})
     newer = [make_call(arguments={"command": f"echo hay {n}"}) for n in range(2)]

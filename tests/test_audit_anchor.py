@@ -51,7 +51,9 @@ def test_deleting_the_newest_records_and_rewinding_the_head_fails_against_the_an
     log_chain_head()  # the server's minute tick
     rewind_head_to(records[6])
     assert log.verify().ok  # the chain alone cannot tell
-    with pytest.raises(CommandError, match=r"FAILED: 3 records missing after the last anchor: the chain ends at record"):
+    with pytest.raises(
+        CommandError, match=r"FAILED: 3 records missing after the last anchor: the chain ends at record"
+    ):
         run("audit_verify")
 
 

@@ -71,7 +71,9 @@ def test_a_flood_from_a_read_only_token_is_refused_at_the_budget_and_no_longer_r
     try:
         refused = anyio.run(flood, server.mcp_url, token)
         assert "the audit log is full" in refused and "SANDSTORM_AUDIT_MAX_BYTES" in refused
-        started = server.database.query("SELECT COUNT(*) AS n FROM audit_auditrecord WHERE kind = 'call.started'")[0]["n"]
+        started = server.database.query("SELECT COUNT(*) AS n FROM audit_auditrecord WHERE kind = 'call.started'")[0][
+            "n"
+        ]
         anyio.run(more_calls, server.mcp_url, token, 30)
         after = server.database.query("SELECT COUNT(*) AS n FROM audit_auditrecord WHERE kind = 'call.started'")[0]["n"]
         assert after == started  # refused calls are counted, not recorded one by one

@@ -74,7 +74,9 @@ def test_many_writers_at_once_keep_one_chain() -> None:
 
     def calls(number: int) -> None:
         for call_no in range(5):
-            started = call_started(Actor(username=f"writer-{number}"), "terminal_exec", {"command": f"echo {call_no}"}, "test")
+            started = call_started(
+                Actor(username=f"writer-{number}"), "terminal_exec", {"command": f"echo {call_no}"}, "test"
+            )
             call_finished(started, "ok", result_text=str(call_no), exit_code=0, duration_ms=1)
 
     assert write_at_once(WRITERS, calls) == []
@@ -103,7 +105,9 @@ def test_values_postgresql_would_refuse_or_change_are_stored_as_every_database_k
 
 
 @pytest.mark.django_db
-def test_a_call_another_starting_process_already_marked_interrupted_is_left_to_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_call_another_starting_process_already_marked_interrupted_is_left_to_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Two server processes starting together both find the calls of a dead one; the slower finds them finished."""
     long_ago = timezone.now() - timedelta(hours=1)
     ServerInstance.objects.create(pk="dead", hostname="elsewhere", pid=1, started_at=long_ago, last_seen=long_ago)

@@ -118,7 +118,9 @@ def test_audit_verify_passes_on_the_chain_written_by_real_tool_calls(live_server
 def test_audit_verify_names_an_edited_record(server_copy: LiveServer) -> None:
     ids = record_ids(server_copy)
     middle = ids[len(ids) // 2]
-    tamper(server_copy, "UPDATE audit_auditrecord SET reason = reason || ' (edited)', username = 'x' WHERE id = %s", middle)
+    tamper(
+        server_copy, "UPDATE audit_auditrecord SET reason = reason || ' (edited)', username = 'x' WHERE id = %s", middle
+    )
     assert "edited" in assert_verify_fails_at(server_copy, middle)
 
 
@@ -158,7 +160,9 @@ def test_audit_export_jsonl_has_one_parseable_line_per_call_with_started_and_fin
     assert echo["outcome"] == "ok" and echo["exit_code"] == 0 and marker in echo["result_excerpt"]
     assert echo["started_at"] <= echo["finished_at"]
     assert echo["credential_kind"] and echo["call_id"]
-    finished = live_server.database.query("SELECT duration_ms FROM audit_auditrecord WHERE call_id = %s AND kind = 'call.finished'", echo["call_id"])
+    finished = live_server.database.query(
+        "SELECT duration_ms FROM audit_auditrecord WHERE call_id = %s AND kind = 'call.finished'", echo["call_id"]
+    )
     assert [echo["duration_ms"]] == [row["duration_ms"] for row in finished]  # the finished record's, not a default
     assert "Exported" in result.stderr
 
@@ -258,14 +262,14 @@ def one_call(username: str, command: str, result: str) -> None:
 
 @pytest.mark.django_db
 def test_audit_export_csv_has_a_header_and_neutralised_formulas() -> None:
-    one_call("=cmd|' /C calc'!A0", "=HYPERLINK(\"http://evil\")", "@SUM(1+1)")
+    one_call("=cmd|' /C calc'!A0", '=HYPERLINK("http://evil")', "@SUM(1+1)")
     out, _ = run("audit_export", "--format", "csv")
     header, row = list(csv.reader(io.StringIO(out)))
     assert header[:2] == ["call_id", "tool"] and "result_excerpt" in header
     cells = dict(zip(header, row, strict=True))
     assert cells["tool"] == "terminal_exec" and cells["outcome"] == "ok" and cells["exit_code"] == "0"
     assert cells["user"] == "'=cmd|' /C calc'!A0"
-    assert cells["command"] == "'=HYPERLINK(\"http://evil\")"
+    assert cells["command"] == '\'=HYPERLINK("http://evil")'
     assert cells["result_excerpt"] == "'@SUM(1+1)"
 
 
@@ -301,7 +305,7 @@ def test_audit_export_output_writes_a_file_only_its_owner_can_read(tmp_path: Pat
 
 # --- the canonical form the macs are computed over ----------------------------------------------------------------
 
-TRICKY = "quote \" backslash \\ newline \n tab \t nul \x00 bell \x07 del \x7f é ☃ 😀 \u2028 </script>"
+TRICKY = 'quote " backslash \\ newline \n tab \t nul \x00 bell \x07 del \x7f é ☃ 😀 \u2028 </script>'
 
 
 def reference_bytes(values: list[Any], prev_mac: str) -> bytes:

@@ -65,7 +65,9 @@ async def test_a_tool_call_refused_by_the_rate_limit_is_recorded_as_denied(tmp_p
         statuses = []
         for marker in markers:
             call = server.tools_call("terminal_exec", {"command": f"echo {marker}"})
-            statuses.append((await server.post(token, call, **stateless_headers("tools/call", "terminal_exec"))).status_code)
+            statuses.append(
+                (await server.post(token, call, **stateless_headers("tools/call", "terminal_exec"))).status_code
+            )
     assert statuses == [200, 429]
     assert (await records_of_call(markers[0]))[-1].outcome == "ok"
     started, finished = await records_of_call(markers[1])
@@ -73,16 +75,23 @@ async def test_a_tool_call_refused_by_the_rate_limit_is_recorded_as_denied(tmp_p
     assert finished.outcome == "denied" and finished.reason == "Error: rate limit exceeded"
 
 
-async def test_when_the_started_record_cannot_be_written_the_tool_does_not_run(mcp_app: InProcessServer, started_records_refused: None) -> None:
+async def test_when_the_started_record_cannot_be_written_the_tool_does_not_run(
+    mcp_app: InProcessServer, started_records_refused: None
+) -> None:
     token = await new_token("fail-closed")
     marker = mcp_app.workspace / "should-not-exist"
     result = await mcp_app.call_tool(token, "terminal_exec", {"command": f"touch {marker}"})
     assert result["isError"]
-    assert text_of(result) == "Error: the audit log could not be written, so the call was not run; the server log has the details"
+    assert (
+        text_of(result)
+        == "Error: the audit log could not be written, so the call was not run; the server log has the details"
+    )
     assert not marker.exists()
 
 
-async def test_a_flood_of_bad_tokens_is_recorded_once_then_as_a_count(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_flood_of_bad_tokens_is_recorded_once_then_as_a_count(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     async with serve_in_process(tmp_path / "workspace") as server:
         for attempt in range(5):
             assert (await server.post(f"sst_bogus_{attempt}_xxxxxxxxxxxxxxxx", {})).status_code == 401

@@ -95,7 +95,9 @@ async def test_secrets_in_arguments_are_redacted_but_hashed_over_the_original(li
     for secret in ("abcdefgh12345678", "hunter2", "ghp_abcdefghijklmnopqrstuv"):
         assert secret not in stored
     assert "[REDACTED]" in stored
-    original = json.dumps({"command": command, "cwd": None, "timeout": 5.0}, sort_keys=True, ensure_ascii=False).encode()
+    original = json.dumps(
+        {"command": command, "cwd": None, "timeout": 5.0}, sort_keys=True, ensure_ascii=False
+    ).encode()
     assert started["arguments_sha256"] == hashlib.sha256(original).hexdigest()
 
 
@@ -124,11 +126,15 @@ async def test_concurrent_calls_from_several_clients_keep_one_unforked_chain(liv
     async with anyio.create_task_group() as group:
         for token in tokens:
             group.start_soon(client_calls, token)
-    rows = query(live_server, "SELECT id, kind, prev_mac, mac, call_id FROM audit_auditrecord WHERE id > %s ORDER BY id", before)
+    rows = query(
+        live_server, "SELECT id, kind, prev_mac, mac, call_id FROM audit_auditrecord WHERE id > %s ORDER BY id", before
+    )
     calls = [row for row in rows if row["kind"] != "event"]
     assert len(calls) == 2 * 18
     everything = query(live_server, "SELECT id, prev_mac, mac FROM audit_auditrecord ORDER BY id")
-    assert all(current["prev_mac"] == previous["mac"] for previous, current in zip(everything, everything[1:], strict=False))
+    assert all(
+        current["prev_mac"] == previous["mac"] for previous, current in zip(everything, everything[1:], strict=False)
+    )
     assert len({row["prev_mac"] for row in everything}) == len(everything)  # no two records chain from one mac
 
 
@@ -141,12 +147,20 @@ async def test_no_token_value_is_ever_stored(live_server: LiveServer) -> None:
 
 async def test_token_creation_and_first_use_are_security_events(live_server: LiveServer) -> None:
     token = live_server.create_token("first-use-probe")
-    created = query(live_server, "SELECT * FROM audit_auditrecord WHERE event='token.created' AND CAST(detail AS TEXT) LIKE %s", "%first-use-probe%")
+    created = query(
+        live_server,
+        "SELECT * FROM audit_auditrecord WHERE event='token.created' AND CAST(detail AS TEXT) LIKE %s",
+        "%first-use-probe%",
+    )
     assert len(created) == 1 and created[0]["credential_kind"] == "shell"
     async with mcp_client(live_server.mcp_url, token) as client:
         await client.list_tools()
         await client.list_tools()
-    used = query(live_server, "SELECT * FROM audit_auditrecord WHERE event='token.first_used' AND CAST(detail AS TEXT) LIKE %s", "%first-use-probe%")
+    used = query(
+        live_server,
+        "SELECT * FROM audit_auditrecord WHERE event='token.first_used' AND CAST(detail AS TEXT) LIKE %s",
+        "%first-use-probe%",
+    )
     assert len(used) == 1 and used[0]["client_address"] == "127.0.0.1"
     assert token not in str(tuple(used[0].values()))
 

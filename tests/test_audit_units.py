@@ -36,7 +36,12 @@ def test_secrets_in_commands_are_redacted(text: str, secret: str) -> None:
 
 
 def test_ordinary_commands_are_left_alone() -> None:
-    for text in ("ls -la /tmp", "git push origin main", "python3 -m pytest -k token_tests", "grep -r password_reset src/"):
+    for text in (
+        "ls -la /tmp",
+        "git push origin main",
+        "python3 -m pytest -k token_tests",
+        "grep -r password_reset src/",
+    ):
         assert redact_text(text) == text
 
 
@@ -82,6 +87,8 @@ def test_failures_are_recorded_once_per_address_then_counted() -> None:
 
 def test_a_flood_from_many_addresses_is_bounded() -> None:
     failures = FailureAggregator()
-    immediate = sum(failures.note(f"10.1.{n // 256}.{n % 256}", "invalid_token") for n in range(MAX_TRACKED_ADDRESSES + 500))
+    immediate = sum(
+        failures.note(f"10.1.{n // 256}.{n % 256}", "invalid_token") for n in range(MAX_TRACKED_ADDRESSES + 500)
+    )
     assert immediate == MAX_TRACKED_ADDRESSES
     assert (OVERFLOW, 500, ["invalid_token"]) in failures.drain()

@@ -48,7 +48,9 @@ def named(name: str) -> Callable[[], AuditRecord]:
     return lambda: AuditRecord(kind="event", event=name)
 
 
-async def held_then_queued(writer: AuditWriter, appender: Appender, names: list[str]) -> list[AuditRecord | BaseException]:
+async def held_then_queued(
+    writer: AuditWriter, appender: Appender, names: list[str]
+) -> list[AuditRecord | BaseException]:
     """Append "first" and hold its transaction until `names` are all queued behind it; what each append gave."""
     appender.hold.clear()
     first = asyncio.ensure_future(writer.awrite(named("first")))

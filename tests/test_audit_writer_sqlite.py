@@ -25,7 +25,9 @@ from tests.database import requires_sqlite
 
 pytestmark = [requires_sqlite, pytest.mark.django_db(transaction=True)]
 
-ACTOR = Actor(user_id=1, username="agent", credential_kind="bearer", credential_id="7", credential_name="laptop", scope="mcp")
+ACTOR = Actor(
+    user_id=1, username="agent", credential_kind="bearer", credential_id="7", credential_name="laptop", scope="mcp"
+)
 
 
 class CountingAppender:
@@ -72,11 +74,15 @@ def database_path() -> Path:
 
 async def one_call(writer: AuditWriter, command: str) -> tuple[AuditRecord, AuditRecord]:
     started = await writer.awrite(lambda: started_record(ACTOR, "terminal_exec", {"command": command}, "test"))
-    finished = await writer.awrite(lambda: finished_record(started, "ok", result_text="done", exit_code=0, duration_ms=3))
+    finished = await writer.awrite(
+        lambda: finished_record(started, "ok", result_text="done", exit_code=0, duration_ms=3)
+    )
     return started, finished
 
 
-def test_a_lone_calls_records_are_committed_on_the_callers_thread(writer: AuditWriter, through_writer: CountingAppender) -> None:
+def test_a_lone_calls_records_are_committed_on_the_callers_thread(
+    writer: AuditWriter, through_writer: CountingAppender
+) -> None:
     started, finished = asyncio.run(one_call(writer, "echo one"))
     assert through_writer.records == []
     stored = AuditRecord.objects.get(pk=finished.pk)
@@ -101,19 +107,28 @@ def test_a_row_committed_on_the_callers_thread_is_the_row_the_batch_thread_write
     append_all([writer_record])
     columns = [field.column for field in _INSERTED if field.column not in ("prev_mac", "mac")]
     with sqlite3.connect(database_path()) as raw:
-        rows = [raw.execute(f"SELECT {', '.join(columns)} FROM audit_auditrecord WHERE id = ?", [pk]).fetchone() for pk in (inline_record.pk, writer_record.pk)]
+        rows = [
+            raw.execute(f"SELECT {', '.join(columns)} FROM audit_auditrecord WHERE id = ?", [pk]).fetchone()
+            for pk in (inline_record.pk, writer_record.pk)
+        ]
     assert rows[0] == rows[1]
     assert log.verify().ok
 
 
 def test_text_values_skip_only_a_conversion_that_would_not_change_them() -> None:
-    record = finished_record(started_record(ACTOR, "file_read", {"path": "a"}, "test"), "error", result_text="x\x00y", exit_code=3)
+    record = finished_record(
+        started_record(ACTOR, "file_read", {"path": "a"}, "test"), "error", result_text="x\x00y", exit_code=3
+    )
     record.credential_id = 7  # not a str: converted as the field would
     make_storable(record)
-    assert db_values(record, connection) == [field.get_db_prep_save(field.pre_save(record, True), connection) for field in _INSERTED]
+    assert db_values(record, connection) == [
+        field.get_db_prep_save(field.pre_save(record, True), connection) for field in _INSERTED
+    ]
 
 
-def test_a_write_lock_held_elsewhere_never_blocks_the_event_loop(writer: AuditWriter, through_writer: CountingAppender) -> None:
+def test_a_write_lock_held_elsewhere_never_blocks_the_event_loop(
+    writer: AuditWriter, through_writer: CountingAppender
+) -> None:
     other = sqlite3.connect(database_path(), isolation_level=None)
     other.execute("BEGIN IMMEDIATE")  # another process writing, e.g. a management command
 
@@ -167,7 +182,9 @@ def test_a_record_the_database_refuses_fails_its_caller_and_changes_nothing(
     finally:
         with connection.cursor() as cursor:
             cursor.execute("DROP TRIGGER refuse_boom")
-    assert [record.tool for record in through_writer.records] == ["boom"]  # tried on this thread, then by the batch thread
+    assert [record.tool for record in through_writer.records] == [
+        "boom"
+    ]  # tried on this thread, then by the batch thread
     assert log.chain_head() == head and not AuditRecord.objects.filter(tool="boom").exists()
     asyncio.run(one_call(writer, "echo after"))  # the caller-thread connection is still usable
     assert log.verify().ok

@@ -43,7 +43,14 @@ def test_prune_output_removes_old_output_files_and_keeps_recent_ones(tmp_path: P
     recent.write_text("new")
     eight_days_ago = time.time() - 8 * 24 * 3600
     os.utime(old, (eight_days_ago, eight_days_ago))
-    result = subprocess.run([sys.executable, "manage.py", "prune_output"], cwd=REPO, env=server.env, capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "manage.py", "prune_output"],
+        cwd=REPO,
+        env=server.env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert not old.exists() and recent.exists()
     assert "1 of 2 files removed" in result.stdout
 
@@ -67,5 +74,12 @@ def test_prune_output_deletes_the_oldest_files_until_the_directory_is_within_its
 @pytest.mark.live  # manage.py in a process of its own, which starts an executor
 def test_prune_output_without_an_output_directory_does_nothing(tmp_path: Path) -> None:
     server = make_server(tmp_path)
-    result = subprocess.run([sys.executable, "manage.py", "prune_output"], cwd=REPO, env=server.env, capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "manage.py", "prune_output"],
+        cwd=REPO,
+        env=server.env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert "Nothing to prune" in result.stdout

@@ -66,7 +66,9 @@ def verify_audit_chain(copy: Path, server: LiveServer, tmp_path: Path) -> subpro
     else:  # until the audit_verify command lands: the same check, through the chain module it will call
         code = "from audit.log import verify; r = verify(); print(r); raise SystemExit(0 if r.ok else 1)"
         argv = ["shell", "-c", code]
-    return subprocess.run([sys.executable, "manage.py", *argv], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "manage.py", *argv], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 async def test_backup_under_load_is_whole_and_its_audit_chain_verifies(tmp_path: Path) -> None:
@@ -81,7 +83,9 @@ async def test_backup_under_load_is_whole_and_its_audit_chain_verifies(tmp_path:
         connection = sqlite3.connect(copy)
         try:
             assert connection.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-            finished = connection.execute("SELECT count(*) FROM audit_auditrecord WHERE kind = 'call.finished'").fetchone()[0]
+            finished = connection.execute(
+                "SELECT count(*) FROM audit_auditrecord WHERE kind = 'call.finished'"
+            ).fetchone()[0]
         finally:
             connection.close()
         assert finished > 0

@@ -21,7 +21,9 @@ SECTIONS = ("machine", "floors", "sequential", "executor_hop", "throughput", "co
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
     output = tmp_path_factory.mktemp("bench") / "latest.json"
-    env = {key: value for key, value in os.environ.items() if not key.startswith("SANDSTORM_") and key != "DATABASE_URL"}
+    env = {
+        key: value for key, value in os.environ.items() if not key.startswith("SANDSTORM_") and key != "DATABASE_URL"
+    }
     # The cached databases (var/bench/, git-ignored) are shared with `make bench`: built once per schema.
     done = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--output", str(output)],
@@ -68,7 +70,9 @@ def test_large_results_are_capped_and_measured(quick_run: tuple[dict[str, Any], 
             assert case["peak_growth_mb"] is not None and case["peak_growth_mb"] >= 0, name
 
 
-def test_concurrent_clients_leave_two_audit_records_per_call_and_an_intact_chain(quick_run: tuple[dict[str, Any], str]) -> None:
+def test_concurrent_clients_leave_two_audit_records_per_call_and_an_intact_chain(
+    quick_run: tuple[dict[str, Any], str],
+) -> None:
     load = quick_run[0]["concurrency"]
     assert load["errors"] == {}
     assert load["calls"] == load["clients"] * load["calls_per_client"] and load["calls_per_s"] > 0
@@ -91,6 +95,17 @@ def test_the_admin_pages_and_audit_verify_ran_on_the_seeded_records(quick_run: t
 def test_the_table_marks_each_target(quick_run: tuple[dict[str, Any], str]) -> None:
     results, printed = quick_run
     keys = {target["key"] for target in results["targets"]}
-    assert {"exec_ratio", "read_ratio", "hop", "errors", "calls_per_s", "locked", "two_records", "chain", "list_first", "verify"} <= keys
+    assert {
+        "exec_ratio",
+        "read_ratio",
+        "hop",
+        "errors",
+        "calls_per_s",
+        "locked",
+        "two_records",
+        "chain",
+        "list_first",
+        "verify",
+    } <= keys
     assert all(target["met"] in (True, False, None) for target in results["targets"])
     assert "| # | measurement | median | p95 |" in printed and "targets met" in printed

@@ -15,14 +15,28 @@ pytestmark = [pytest.mark.anyio]
 
 @pytest.mark.parametrize(
     "body",
-    [b"[" * 100_000 + b"]" * 100_000, b'{"a": NaN}', b'{"a": Infinity}', b'"\\udc00"', b'"\xff"', b"1" * 5000, b"", b"{"],
+    [
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"a": NaN}',
+        b'{"a": Infinity}',
+        b'"\\udc00"',
+        b'"\xff"',
+        b"1" * 5000,
+        b"",
+        b"{",
+    ],
 )
 def test_what_is_not_strict_json_is_refused(body: bytes) -> None:
     assert parse_error(body) is not None
 
 
 def test_strict_json_is_accepted() -> None:
-    assert parse_error(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"x": [1.5, "é"]}}).encode()) is None
+    assert (
+        parse_error(
+            json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"x": [1.5, "é"]}}).encode()
+        )
+        is None
+    )
 
 
 async def run_gate(chunks: list[bytes], limit: int = 1000) -> tuple[list[Message], bytes | None]:

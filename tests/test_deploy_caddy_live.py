@@ -67,7 +67,11 @@ def _daphne_on_socket(server: LiveServer, root: Path) -> Iterator[Path]:
     server.manage("bootstrap")
     with server.log_path.open("ab") as log:
         process = server.process = subprocess.Popen(
-            [sys.executable, "manage.py", "serve", "--unix-socket", str(socket)], cwd=REPO, env=server.env, stdout=log, stderr=subprocess.STDOUT
+            [sys.executable, "manage.py", "serve", "--unix-socket", str(socket)],
+            cwd=REPO,
+            env=server.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
     try:
         poll(lambda: socket.exists() or process.poll() is not None, 30, what="the server's socket")
@@ -87,7 +91,12 @@ def caddy_in_front(tmp_path: Path, socket: Path, port: int) -> Iterator[Path]:
     caddy = shutil.which("caddy")
     assert caddy, "caddy is not installed (.ci/run installs it)"
     with log_path.open("ab") as log:
-        process = subprocess.Popen([caddy, "run", "--adapter", "caddyfile", "--config", str(main)], env=caddy_env(tmp_path), stdout=log, stderr=log)
+        process = subprocess.Popen(
+            [caddy, "run", "--adapter", "caddyfile", "--config", str(main)],
+            env=caddy_env(tmp_path),
+            stdout=log,
+            stderr=log,
+        )
     try:
         poll(lambda: _answers(port) or process.poll() is not None, 30, what="Caddy")
         assert process.poll() is None, log_path.read_text()
@@ -113,7 +122,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer
         yield server, url, caddy_log
 
 
-def test_health_through_caddy_has_the_security_headers_and_no_server_banner(stack: tuple[LiveServer, str, Path]) -> None:
+def test_health_through_caddy_has_the_security_headers_and_no_server_banner(
+    stack: tuple[LiveServer, str, Path],
+) -> None:
     _, url, _ = stack
     response = httpx2.get(f"{url}/health")
     assert response.status_code == 200
@@ -141,12 +152,16 @@ async def test_an_mcp_session_works_through_caddy(stack: tuple[LiveServer, str, 
     # Run by the executor on SANDSTORM_EXECUTOR_SOCKET, the one started above, not by a child of the server's own.
     parent = psutil.Process(int((server.workspace / "executor-child").read_text()))
     assert "mcpserver.executor" in parent.cmdline()
-    assert server.process is not None and parent.pid not in {child.pid for child in psutil.Process(server.process.pid).children(recursive=True)}
+    assert server.process is not None and parent.pid not in {
+        child.pid for child in psutil.Process(server.process.pid).children(recursive=True)
+    }
 
 
 def test_caddy_refuses_a_body_over_the_limit(stack: tuple[LiveServer, str, Path]) -> None:
     server, url, _ = stack
-    response = httpx2.post(f"{url}/mcp", content=b"x" * (SITE_LIMIT + 1), headers={"Authorization": f"Bearer {server.token}"})
+    response = httpx2.post(
+        f"{url}/mcp", content=b"x" * (SITE_LIMIT + 1), headers={"Authorization": f"Bearer {server.token}"}
+    )
     assert response.status_code == 413
 
 
@@ -156,7 +171,11 @@ def test_a_forged_x_forwarded_for_is_replaced_by_caddy(stack: tuple[LiveServer, 
 
     def access_line() -> dict[str, object] | None:
         for line in server.log().splitlines():
-            if line.startswith("{") and json.loads(line).get("logger") == "sandstorm.access" and json.loads(line).get("path") == "/health":
+            if (
+                line.startswith("{")
+                and json.loads(line).get("logger") == "sandstorm.access"
+                and json.loads(line).get("path") == "/health"
+            ):
                 return json.loads(line)
         return None
 

@@ -16,12 +16,25 @@ from tests.live import REPO
 
 DEPLOY = REPO / "deploy"
 SYSTEMD_TEST = REPO / "tests" / "systemd"
-SHELL_SCRIPTS = [DEPLOY / "install.sh", DEPLOY / "sandstorm-manage", REPO / ".ci" / "run", SYSTEMD_TEST / "run.sh", SYSTEMD_TEST / "checks.sh"]
+SHELL_SCRIPTS = [
+    DEPLOY / "install.sh",
+    DEPLOY / "sandstorm-manage",
+    REPO / ".ci" / "run",
+    SYSTEMD_TEST / "run.sh",
+    SYSTEMD_TEST / "checks.sh",
+]
 SERVER_UNIT, EXECUTOR_UNIT = DEPLOY / "sandstorm-mcp.service", DEPLOY / "sandstorm-mcp-executor.service"
 EXECUTOR_SOCKET_UNIT = DEPLOY / "sandstorm-mcp-executor.socket"
 SERVER_SOCKET_UNIT = DEPLOY / "sandstorm-mcp.socket"
 MAINTENANCE_UNITS = sorted((DEPLOY / "systemd").glob("*.service"))
-UNIT_TEMPLATES = [SERVER_UNIT, SERVER_SOCKET_UNIT, EXECUTOR_UNIT, EXECUTOR_SOCKET_UNIT, *MAINTENANCE_UNITS, *sorted((DEPLOY / "systemd").glob("*.timer"))]
+UNIT_TEMPLATES = [
+    SERVER_UNIT,
+    SERVER_SOCKET_UNIT,
+    EXECUTOR_UNIT,
+    EXECUTOR_SOCKET_UNIT,
+    *MAINTENANCE_UNITS,
+    *sorted((DEPLOY / "systemd").glob("*.timer")),
+]
 EXECUTOR_SOCKET = "@EXECUTOR_RUN_DIR@/executor.sock"
 LONGEST_TOOL_TIMEOUT_S = 300  # terminal_exec's upper bound
 
@@ -38,13 +51,25 @@ def render(template: Path, values: dict[str, str]) -> str:
     text = template.read_text()
     for name, value in values.items():
         text = text.replace(f"@{name}@", value)
-    assert not re.findall(r"@[A-Z_]+@", "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))), template
+    assert not re.findall(
+        r"@[A-Z_]+@", "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    ), template
     return text
 
 
 def test_every_shell_script_is_shellcheck_clean() -> None:
-    scripts = [*SHELL_SCRIPTS, SYSTEMD_TEST / "rootfs.sh", *(p for p in DEPLOY.rglob("*") if p.is_file() and p.read_text(errors="replace").startswith("#!/usr/bin/env bash"))]
-    result = subprocess.run([need("shellcheck"), "--shell=bash", "--severity=style", *sorted(set(scripts))], capture_output=True, text=True)
+    scripts = [
+        *SHELL_SCRIPTS,
+        SYSTEMD_TEST / "rootfs.sh",
+        *(
+            p
+            for p in DEPLOY.rglob("*")
+            if p.is_file() and p.read_text(errors="replace").startswith("#!/usr/bin/env bash")
+        ),
+    ]
+    result = subprocess.run(
+        [need("shellcheck"), "--shell=bash", "--severity=style", *sorted(set(scripts))], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -101,8 +126,14 @@ def rendered_units(tmp_path: Path) -> Path:
 def test_systemd_analyze_verifies_every_unit(tmp_path: Path) -> None:
     units = rendered_units(tmp_path)
     files = sorted(str(p) for p in units.iterdir())
-    result = subprocess.run([need("systemd-analyze"), "verify", "--man=no", *files], cwd=units, capture_output=True, text=True)
-    complaints = [line for line in (result.stdout + result.stderr).splitlines() if line and not any(p.search(line) for p in ENVIRONMENTAL)]
+    result = subprocess.run(
+        [need("systemd-analyze"), "verify", "--man=no", *files], cwd=units, capture_output=True, text=True
+    )
+    complaints = [
+        line
+        for line in (result.stdout + result.stderr).splitlines()
+        if line and not any(p.search(line) for p in ENVIRONMENTAL)
+    ]
     assert result.returncode == 0 and complaints == [], "\n".join(complaints)
 
 
@@ -115,7 +146,15 @@ def directives(unit: Path) -> dict[str, list[str]]:
     return found
 
 
-LEFT_OUT_FOR_AGENTS = ("MemoryDenyWriteExecute", "SystemCallFilter", "RestrictNamespaces", "PrivateDevices", "CapabilityBoundingSet", "PrivateTmp", "UMask")
+LEFT_OUT_FOR_AGENTS = (
+    "MemoryDenyWriteExecute",
+    "SystemCallFilter",
+    "RestrictNamespaces",
+    "PrivateDevices",
+    "CapabilityBoundingSet",
+    "PrivateTmp",
+    "UMask",
+)
 
 
 def test_the_service_serves_the_socket_systemd_holds_where_caddy_proxies() -> None:
@@ -129,7 +168,9 @@ def test_the_service_serves_the_socket_systemd_holds_where_caddy_proxies() -> No
     assert socket["ListenStream"] == ["@RUN_DIR@/daphne.sock"] and socket["WantedBy"] == ["sockets.target"]
     assert "reverse_proxy unix/@RUN_DIR@/daphne.sock {" in (DEPLOY / "Caddyfile").read_text()
     rule = (DEPLOY / "systemd" / "tmpfiles.conf").read_text().splitlines()
-    assert [line for line in rule if line and not line.startswith("#")] == ["d @RUN_DIR@ 0750 @SERVICE_USER@ @CADDY_GROUP@ -"]
+    assert [line for line in rule if line and not line.startswith("#")] == [
+        "d @RUN_DIR@ 0750 @SERVICE_USER@ @CADDY_GROUP@ -"
+    ]
     assert unit["User"] == ["@SERVICE_USER@"] and unit["EnvironmentFile"] == ["@ENV_FILE@"]
     assert unit["Restart"] == ["on-failure"] and unit["KillSignal"] == ["SIGTERM"]
     for setting in ("NoNewPrivileges=yes", "PrivateTmp=yes", "ProtectSystem=full", "ProtectHome=yes", "UMask=0077"):
@@ -153,7 +194,9 @@ def test_the_executor_runs_tools_as_the_agent_user_for_the_server_only() -> None
     assert unit["User"] == ["@AGENT_USER@"] and unit["Group"] == ["@AGENT_USER@"]
     assert unit["WorkingDirectory"] == ["@APP_DIR@"]
     # Its socket comes from systemd (socket activation), so it names none.
-    assert unit["ExecStart"] == ["@VENV@/bin/python -m mcpserver.executor --workspace @WORKSPACE@ --allow-uid @SERVICE_USER@"]
+    assert unit["ExecStart"] == [
+        "@VENV@/bin/python -m mcpserver.executor --workspace @WORKSPACE@ --allow-uid @SERVICE_USER@"
+    ]
     assert unit["Requires"] == ["sandstorm-mcp-executor.socket"] and "sandstorm-mcp-executor.socket" in unit["After"]
     # No directory of its own in /run: one owned by the agent user would let the agent replace the socket.
     assert not any(key.startswith("RuntimeDirectory") for key in unit)
@@ -164,7 +207,13 @@ def test_the_executor_runs_tools_as_the_agent_user_for_the_server_only() -> None
     assert unit["EnvironmentFile"] == ["-@EXECUTOR_ENV_FILE@"]
     assert unit["InaccessiblePaths"] == ["@STATE_DIR@ @ENV_FILE@"]
     assert "ReadWritePaths" not in unit and "SupplementaryGroups" not in unit
-    for setting in ("NoNewPrivileges=yes", "ProtectSystem=full", "ProtectHome=tmpfs", "BindPaths=@AGENT_HOME@", "ProtectProc=invisible"):
+    for setting in (
+        "NoNewPrivileges=yes",
+        "ProtectSystem=full",
+        "ProtectHome=tmpfs",
+        "BindPaths=@AGENT_HOME@",
+        "ProtectProc=invisible",
+    ):
         key, _, value = setting.partition("=")
         assert unit[key] == [value]
     assert unit["WantedBy"] == ["multi-user.target"]
@@ -192,7 +241,9 @@ def test_the_executor_socket_is_the_same_everywhere() -> None:
     for unit in (SERVER_UNIT, *MAINTENANCE_UNITS):
         assert f"SANDSTORM_EXECUTOR_SOCKET={listening}" in directives(unit).get("Environment", []), unit
     manage = (DEPLOY / "sandstorm-manage").read_text()
-    assert f'EXECUTOR_SOCKET="{listening}"' in manage and 'export SANDSTORM_EXECUTOR_SOCKET="$EXECUTOR_SOCKET"' in manage
+    assert (
+        f'EXECUTOR_SOCKET="{listening}"' in manage and 'export SANDSTORM_EXECUTOR_SOCKET="$EXECUTOR_SOCKET"' in manage
+    )
 
 
 def test_maintenance_jobs_run_as_the_server_user_without_the_agents_files() -> None:
@@ -209,7 +260,10 @@ def test_maintenance_jobs_run_as_the_server_user_without_the_agents_files() -> N
 def test_the_agent_sudo_drop_in_relaxes_only_what_sudo_needs() -> None:
     drop_in = directives(DEPLOY / "systemd" / "agent-sudo.conf")
     assert drop_in == {"NoNewPrivileges": ["no"], "RestrictSUIDSGID": ["no"], "ProtectSystem": ["no"]}
-    assert "/etc/systemd/system/sandstorm-mcp-executor.service.d/agent-sudo.conf" in (DEPLOY / "systemd" / "agent-sudo.conf").read_text()
+    assert (
+        "/etc/systemd/system/sandstorm-mcp-executor.service.d/agent-sudo.conf"
+        in (DEPLOY / "systemd" / "agent-sudo.conf").read_text()
+    )
 
 
 def test_timers_cover_the_maintenance_jobs() -> None:
@@ -224,7 +278,11 @@ def test_timers_cover_the_maintenance_jobs() -> None:
 
 
 def test_the_sudoers_rule_allows_only_the_package_manager() -> None:
-    rules = [line for line in (DEPLOY / "sudoers.agent-sudo").read_text().splitlines() if line and not line.startswith(("#", "Defaults"))]
+    rules = [
+        line
+        for line in (DEPLOY / "sudoers.agent-sudo").read_text().splitlines()
+        if line and not line.startswith(("#", "Defaults"))
+    ]
     # The agent user's alone: the server's user runs no tools.
     assert rules == ["@AGENT_USER@ ALL=(root) NOPASSWD: /usr/bin/apt-get install -y -- *"]
 
@@ -234,29 +292,47 @@ def test_the_sudoers_rule_allows_only_the_package_manager() -> None:
 
 def rendered_caddyfile(tmp_path: Path, site: str = "mcp.example.com", max_bytes: str = "4194304") -> Path:
     path = tmp_path / "Caddyfile"
-    path.write_text(render(DEPLOY / "Caddyfile", {"SITE_ADDRESS": site, "MAX_REQUEST_BYTES": max_bytes, "RUN_DIR": "/run/sandstorm-mcp"}))
+    path.write_text(
+        render(
+            DEPLOY / "Caddyfile",
+            {"SITE_ADDRESS": site, "MAX_REQUEST_BYTES": max_bytes, "RUN_DIR": "/run/sandstorm-mcp"},
+        )
+    )
     return path
 
 
 def caddy_env(tmp_path: Path) -> dict[str, str]:
     # Caddy keeps its data (certificates, autosave) under HOME/XDG dirs: keep them in the test's directory.
-    return {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / "data"), "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    return {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "XDG_DATA_HOME": str(tmp_path / "data"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+    }
 
 
 def test_caddy_validates_the_site_with_a_sample_domain(tmp_path: Path) -> None:
     caddyfile = rendered_caddyfile(tmp_path)
     result = subprocess.run(
-        [need("caddy"), "validate", "--adapter", "caddyfile", "--config", str(caddyfile)], capture_output=True, text=True, env=caddy_env(tmp_path)
+        [need("caddy"), "validate", "--adapter", "caddyfile", "--config", str(caddyfile)],
+        capture_output=True,
+        text=True,
+        env=caddy_env(tmp_path),
     )
     assert result.returncode == 0 and "Valid configuration" in result.stdout + result.stderr, result.stderr
-    fmt = subprocess.run([need("caddy"), "fmt", str(caddyfile)], capture_output=True, text=True, env=caddy_env(tmp_path))
+    fmt = subprocess.run(
+        [need("caddy"), "fmt", str(caddyfile)], capture_output=True, text=True, env=caddy_env(tmp_path)
+    )
     assert fmt.stdout == caddyfile.read_text(), "deploy/Caddyfile is not in `caddy fmt` form"
 
 
 def adapted(tmp_path: Path) -> dict[str, Any]:  # caddy's JSON config
     result = subprocess.run(
         [need("caddy"), "adapt", "--adapter", "caddyfile", "--config", str(rendered_caddyfile(tmp_path))],
-        capture_output=True, text=True, env=caddy_env(tmp_path), check=True,
+        capture_output=True,
+        text=True,
+        env=caddy_env(tmp_path),
+        check=True,
     )
     return json.loads(result.stdout)
 
@@ -312,7 +388,9 @@ def test_the_access_log_is_json_without_query_strings_or_credentials(tmp_path: P
 def test_env_example_lists_every_variable_the_settings_read() -> None:
     settings = (REPO / "sandstorm_site" / "settings.py").read_text()
     read = set(re.findall(r'"((?:SANDSTORM_[A-Z_]+)|DATABASE_URL)"', settings))
-    listed = set(re.findall(r"^#?((?:SANDSTORM_[A-Z_]+)|DATABASE_URL)=", (DEPLOY / "env.example").read_text(), re.MULTILINE))
+    listed = set(
+        re.findall(r"^#?((?:SANDSTORM_[A-Z_]+)|DATABASE_URL)=", (DEPLOY / "env.example").read_text(), re.MULTILINE)
+    )
     assert read and read <= listed, f"not in deploy/env.example: {sorted(read - listed)}"
 
 
@@ -329,24 +407,40 @@ def audit_prune_command(tmp_path: Path) -> list[str]:
     python.write_text(f'#!/bin/sh\necho "$@" >{tmp_path / "ran"}\n')
     python.chmod(0o755)
     line = directives(DEPLOY / "systemd" / "sandstorm-mcp-audit-prune.service")["ExecStart"][0]
-    line = line.replace("@VENV@", str(venv)).replace("@APP_DIR@", str(REPO)).replace("@ENV_FILE@", "/etc/sandstorm-mcp.env")
+    line = (
+        line.replace("@VENV@", str(venv))
+        .replace("@APP_DIR@", str(REPO))
+        .replace("@ENV_FILE@", "/etc/sandstorm-mcp.env")
+    )
     assert line.startswith("/bin/sh -c '") and line.endswith("'")
     return ["/bin/sh", "-c", line[len("/bin/sh -c '") : -1].replace("$$", "$").replace("%%", "%")]
 
 
 @pytest.mark.parametrize("retention", [None, "", "soon"])
-def test_audit_prune_without_a_usable_retention_stops_with_one_line_and_prunes_nothing(tmp_path: Path, retention: str | None) -> None:
-    env = {"PATH": "/usr/bin:/bin"} if retention is None else {"PATH": "/usr/bin:/bin", "SANDSTORM_AUDIT_RETENTION_DAYS": retention}
+def test_audit_prune_without_a_usable_retention_stops_with_one_line_and_prunes_nothing(
+    tmp_path: Path, retention: str | None
+) -> None:
+    env = (
+        {"PATH": "/usr/bin:/bin"}
+        if retention is None
+        else {"PATH": "/usr/bin:/bin", "SANDSTORM_AUDIT_RETENTION_DAYS": retention}
+    )
     result = subprocess.run(audit_prune_command(tmp_path), env=env, capture_output=True, text=True)
     assert result.returncode != 0 and not (tmp_path / "ran").exists()
     output = (result.stdout + result.stderr).strip().splitlines()
     assert len(output) == 1
     if not retention:
-        assert output == ["SANDSTORM_AUDIT_RETENTION_DAYS is not set in /etc/sandstorm-mcp.env: audit records are kept forever, nothing to prune"]
+        assert output == [
+            "SANDSTORM_AUDIT_RETENTION_DAYS is not set in /etc/sandstorm-mcp.env: audit records are kept forever, nothing to prune"
+        ]
 
 
 def test_audit_prune_with_a_retention_prunes_before_that_many_days_ago(tmp_path: Path) -> None:
-    result = subprocess.run(audit_prune_command(tmp_path), env={"PATH": "/usr/bin:/bin", "SANDSTORM_AUDIT_RETENTION_DAYS": "30"})
+    result = subprocess.run(
+        audit_prune_command(tmp_path), env={"PATH": "/usr/bin:/bin", "SANDSTORM_AUDIT_RETENTION_DAYS": "30"}
+    )
     assert result.returncode == 0
-    expected = subprocess.run(["date", "-u", "-d", "30 days ago", "+%F"], capture_output=True, text=True, check=True).stdout.strip()
+    expected = subprocess.run(
+        ["date", "-u", "-d", "30 days ago", "+%F"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert (tmp_path / "ran").read_text().split() == [f"{REPO}/manage.py", "audit_prune", "--yes", "--before", expected]

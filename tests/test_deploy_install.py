@@ -46,7 +46,7 @@ DEBIAN_12 = 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nNAME="Debian GNU/Linu
 INSTALL_TIMEOUT = 600  # the first install creates a virtualenv and installs the dependencies from the index
 AGENT = pwd.getpwuid(os.getuid()).pw_name  # the agent user: the one the executor really runs as here
 
-FAKE_COMMON = r'''
+FAKE_COMMON = r"""
 import json, os, sys
 # sandstorm-manage clears the environment, so the state dir is also found beside the fakes' own directory.
 STATE = os.environ.get("FAKE_STATE") or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fake-state")
@@ -63,7 +63,7 @@ def save(name, value):
     with open(os.path.join(STATE, name), "w") as f:
         json.dump(value, f)
 args = sys.argv[1:]
-'''
+"""
 
 FAKES = {
     "systemctl": r'''
@@ -172,11 +172,11 @@ elif verb == "stop":
 save("units.json", units)
 sys.exit(status)
 ''',
-    "caddy": r'''
+    "caddy": r"""
 record("caddy", args)
 sys.exit(1 if os.environ.get("FAKE_CADDY_INVALID") else 0)
-''',
-    "sudo": r'''
+""",
+    "sudo": r"""
 record("sudo", args)
 if os.environ.get("FAKE_SUDO") != "ok":
     print("Sorry, user tester may not run sudo on this host.", file=sys.stderr)
@@ -188,28 +188,28 @@ while args and args[0].startswith("-"):
         break
 os.environ["FAKE_ROOT"] = "1"
 os.execvp(args[0], args)
-''',
-    "id": r'''
+""",
+    "id": r"""
 if args == ["-u"] and os.environ.get("FAKE_UID") and not os.environ.get("FAKE_ROOT"):
     print(os.environ["FAKE_UID"])
     sys.exit(0)
 os.execv("/usr/bin/id", ["id", *args])
-''',
-    "useradd": r'''
+""",
+    "useradd": r"""
 record("useradd", args)
 db = load("users.json", {"passwd": {}, "group": {"caddy": []}})
 name = args[-1]
 db["passwd"][name] = {"home": args[args.index("--home-dir") + 1]}
 db["group"].setdefault(name, [])
 save("users.json", db)
-''',
-    "usermod": r'''
+""",
+    "usermod": r"""
 record("usermod", args)
 db = load("users.json", {"passwd": {}, "group": {"caddy": []}})
 db["group"][args[args.index("--groups") + 1]].append(args[-1])
 save("users.json", db)
-''',
-    "gpasswd": r'''
+""",
+    "gpasswd": r"""
 record("gpasswd", args)
 db = load("users.json", {"passwd": {}, "group": {"caddy": []}})
 assert args[0] == "-d", args
@@ -219,8 +219,8 @@ if user not in db["group"].get(group, []):
     sys.exit(3)
 db["group"][group].remove(user)
 save("users.json", db)
-''',
-    "getent": r'''
+""",
+    "getent": r"""
 db = load("users.json", {"passwd": {}, "group": {"caddy": []}})
 database, name = args
 if database == "passwd" and name in db["passwd"]:
@@ -229,41 +229,41 @@ elif database == "group" and name in db["group"]:
     print(f"{name}:x:999:{','.join(db['group'][name])}")
 else:
     sys.exit(2)
-''',
-    "chown": r'''
+""",
+    "chown": r"""
 record("chown", args)
 owners = load("owners.json", {})
 owners[os.path.abspath(args[-1])] = args[-2]
 save("owners.json", owners)
-''',
-    "stat": r'''
+""",
+    "stat": r"""
 # Ownership as the fake chown left it (the users do not exist here); everything else from the real stat.
 owners = load("owners.json", {})
 if args[:2] == ["-c", "%U:%G"] and os.path.abspath(args[2]) in owners:
     print(owners[os.path.abspath(args[2])])
     sys.exit(0)
 os.execv("/usr/bin/stat", ["stat", *args])
-''',
-    "runuser": r'''
+""",
+    "runuser": r"""
 record("runuser", args[:args.index("--") + 2])
 rest = args[args.index("--") + 1:]
 os.execvp(rest[0], rest)
-''',
-    "apt-get": r'''
+""",
+    "apt-get": r"""
 record("apt-get", args)
-''',
-    "systemd-tmpfiles": r'''
+""",
+    "systemd-tmpfiles": r"""
 record("systemd-tmpfiles", args)
 for line in open(args[-1]).read().splitlines():
     if line.startswith("d "):
         _, path, mode, *_ = line.split()
         os.makedirs(path, exist_ok=True)
         os.chmod(path, int(mode, 8))
-''',
-    "journalctl": r'''
+""",
+    "journalctl": r"""
 print("Error: loading initial config: listen tcp :443: bind: address already in use")
-''',
-    "curl": r'''
+""",
+    "curl": r"""
 # Caddy: https://DOMAIN resolved to loopback (--resolve) is proxied to Daphne's socket, as plain HTTP.
 if "--resolve" in args:
     if os.environ.get("FAKE_CADDY_DOWN"):
@@ -276,11 +276,11 @@ if "--resolve" in args:
         "http://" + a[len("https://"):] if a.startswith("https://") else a for a in args
     ]
 os.execv("/usr/bin/curl", ["curl", *args])
-''',
-    "dpkg-query": r'''
+""",
+    "dpkg-query": r"""
 missing = os.environ.get("FAKE_MISSING_PACKAGES", "").split()
 print("not-installed" if args[-1] in missing else "installed", end="")
-''',
+""",
 }
 
 
@@ -295,7 +295,11 @@ class Host:
 
     def env(self, **extra: str | None) -> dict[str, str]:
         """The installer's environment; an `extra` of None leaves that variable out."""
-        env: dict[str, str | None] = {k: v for k, v in os.environ.items() if not k.startswith(("SANDSTORM_", "DJANGO_", "FAKE_")) and k != "DATABASE_URL"}
+        env: dict[str, str | None] = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("SANDSTORM_", "DJANGO_", "FAKE_")) and k != "DATABASE_URL"
+        }
         env.update(
             PATH=f"{self.bin}:{os.environ['PATH']}",
             SANDSTORM_PREFIX=str(self.prefix),
@@ -310,10 +314,15 @@ class Host:
         (self.state / "calls.jsonl").write_text("")
         result = subprocess.run(
             ["bash", str(self.repo / "deploy" / "install.sh"), *args],
-            env=self.env(**extra), capture_output=True, text=True, timeout=INSTALL_TIMEOUT,
+            env=self.env(**extra),
+            capture_output=True,
+            text=True,
+            timeout=INSTALL_TIMEOUT,
         )
         if check:
-            assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}\nlogs:\n{self.server_log()}"
+            assert result.returncode == 0, (
+                f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}\nlogs:\n{self.server_log()}"
+            )
         return result
 
     def calls(self, cmd: str | None = None) -> list[list[str]]:
@@ -369,7 +378,10 @@ def make_repo(root: Path) -> Path:
     clone = root / "repo"
     subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(REPO), str(clone)], check=True)
     listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO, capture_output=True, check=True
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
     ).stdout.decode()
     for name in filter(None, listed.split("\0")):
         source, target = REPO / name, clone / name
@@ -383,7 +395,12 @@ def make_repo(root: Path) -> Path:
 
 
 def commit(repo: Path, message: str) -> None:
-    identity = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t.invalid", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t.invalid"}
+    identity = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t.invalid",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t.invalid",
+    }
     env = {**os.environ, **identity}
     subprocess.run(["git", "add", "-A"], cwd=repo, check=True, env=env)
     subprocess.run(["git", "commit", "--quiet", "--allow-empty", "-m", message], cwd=repo, check=True, env=env)
@@ -416,7 +433,11 @@ def manifest(root: Path) -> dict[str, tuple[object, ...]]:
         if path.name.startswith("sandstorm.sqlite3"):
             entries[relative] = (stat.filemode(info.st_mode),)
         elif stat.S_ISREG(info.st_mode):
-            entries[relative] = (stat.filemode(info.st_mode), hashlib.sha256(path.read_bytes()).hexdigest(), info.st_mtime_ns)
+            entries[relative] = (
+                stat.filemode(info.st_mode),
+                hashlib.sha256(path.read_bytes()).hexdigest(),
+                info.st_mtime_ns,
+            )
         else:
             entries[relative] = (stat.filemode(info.st_mode),)
     return entries
@@ -448,7 +469,9 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory, repo: Path) -> Iterator[tuple[Host, subprocess.CompletedProcess[str]]]:
+def installed(
+    tmp_path_factory: pytest.TempPathFactory, repo: Path
+) -> Iterator[tuple[Host, subprocess.CompletedProcess[str]]]:
     host = make_host(tmp_path_factory.mktemp("inst"), repo)
     try:
         yield host, host.install(SANDSTORM_ADMIN_PASSWORD="installer-test-password")
@@ -456,7 +479,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory, repo: Path) -> Iterator[
         host.stop_server()
 
 
-def test_first_install_migrates_creates_the_admin_and_prints_a_token_once(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:
+def test_first_install_migrates_creates_the_admin_and_prints_a_token_once(
+    installed: tuple[Host, subprocess.CompletedProcess[str]],
+) -> None:
     host, result = installed
     out = result.stdout
     assert "Sandstorm is ready." in out
@@ -466,7 +491,9 @@ def test_first_install_migrates_creates_the_admin_and_prints_a_token_once(instal
     assert (host.prefix / "var/lib/sandstorm-mcp/sandstorm.sqlite3").exists()
 
 
-def test_first_install_smoke_tests_the_server_through_caddy_and_as_caddys_user(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:
+def test_first_install_smoke_tests_the_server_through_caddy_and_as_caddys_user(
+    installed: tuple[Host, subprocess.CompletedProcess[str]],
+) -> None:
     host, result = installed
     for line in (
         f"{host.prefix}/run/sandstorm-mcp/daphne.sock: caddy connects (200)",
@@ -511,7 +538,10 @@ def mode(path: Path) -> int:
 def owner(host: Host, path: Path) -> str:
     """The owner the installer gave `path`: through the fake chown, or (root:root) the real one."""
     recorded = host.owners().get(str(path))
-    return recorded or subprocess.run(["stat", "-c", "%U:%G", str(path)], capture_output=True, text=True, check=True).stdout.strip()
+    return (
+        recorded
+        or subprocess.run(["stat", "-c", "%U:%G", str(path)], capture_output=True, text=True, check=True).stdout.strip()
+    )
 
 
 def test_files_owners_and_modes(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:
@@ -535,7 +565,11 @@ def test_files_owners_and_modes(installed: tuple[Host, subprocess.CompletedProce
     for job in ("backup", "cleartokens", "prune-clients", "prune-output", "audit-prune"):
         assert (units / f"sandstorm-mcp-{job}.service").exists() and (units / f"sandstorm-mcp-{job}.timer").exists()
     site = (p / "etc/caddy/sandstorm-mcp.caddy").read_text()
-    assert site.startswith("# Sandstorm") and f"\n{DOMAIN} {{\n" in site and f"unix/{p}/run/sandstorm-mcp/daphne.sock" in site
+    assert (
+        site.startswith("# Sandstorm")
+        and f"\n{DOMAIN} {{\n" in site
+        and f"unix/{p}/run/sandstorm-mcp/daphne.sock" in site
+    )
     assert (p / "etc/caddy/Caddyfile").read_text().splitlines()[-1] == "import sandstorm-mcp.caddy"
     assert not (p / "etc/sudoers.d/sandstorm-mcp").exists()
     # The code is the repository's HEAD, and the server cannot write it.
@@ -554,7 +588,9 @@ def unit_settings(path: Path) -> dict[str, list[str]]:
     return found
 
 
-def test_the_executor_unit_runs_tools_as_the_agent_on_the_servers_socket(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:
+def test_the_executor_unit_runs_tools_as_the_agent_on_the_servers_socket(
+    installed: tuple[Host, subprocess.CompletedProcess[str]],
+) -> None:
     host, _ = installed
     p = host.prefix
     executor = unit_settings(p / "etc/systemd/system/sandstorm-mcp-executor.service")
@@ -569,19 +605,39 @@ def test_the_executor_unit_runs_tools_as_the_agent_on_the_servers_socket(install
     assert f"SANDSTORM_EXECUTOR_SOCKET={socket}" in server["Environment"]
     assert f'EXECUTOR_SOCKET="{socket}"' in (p / "usr/local/bin/sandstorm-manage").read_text()
     for job in ("backup", "cleartokens", "prune-clients", "prune-output", "audit-prune"):
-        assert f"SANDSTORM_EXECUTOR_SOCKET={socket}" in unit_settings(p / f"etc/systemd/system/sandstorm-mcp-{job}.service")["Environment"]
+        assert (
+            f"SANDSTORM_EXECUTOR_SOCKET={socket}"
+            in unit_settings(p / f"etc/systemd/system/sandstorm-mcp-{job}.service")["Environment"]
+        )
     assert executor["KillMode"] == ["process"] and "KillMode" not in server
     assert executor["InaccessiblePaths"] == [f"{p}/var/lib/sandstorm-mcp {p}/etc/sandstorm-mcp.env"]
-    assert executor["EnvironmentFile"] == [f"-{p}/etc/sandstorm-mcp-executor.env"] and not (p / "etc/sandstorm-mcp-executor.env").exists()
-    assert executor["BindPaths"] == [f"{p}/home/{AGENT}"] and "BindPaths" not in server and "SupplementaryGroups" not in server
+    assert (
+        executor["EnvironmentFile"] == [f"-{p}/etc/sandstorm-mcp-executor.env"]
+        and not (p / "etc/sandstorm-mcp-executor.env").exists()
+    )
+    assert (
+        executor["BindPaths"] == [f"{p}/home/{AGENT}"]
+        and "BindPaths" not in server
+        and "SupplementaryGroups" not in server
+    )
 
 
-def test_the_running_server_reaches_the_executor_running_as_the_agent(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:
+def test_the_running_server_reaches_the_executor_running_as_the_agent(
+    installed: tuple[Host, subprocess.CompletedProcess[str]],
+) -> None:
     host, result = installed
     assert f"/health: 200, tools run by the executor as {AGENT}" in result.stdout
     health = subprocess.run(
-        ["curl", "--silent", "--unix-socket", f"{host.prefix}/run/sandstorm-mcp/daphne.sock", f"http://{DOMAIN}/health"],
-        capture_output=True, text=True, check=True,
+        [
+            "curl",
+            "--silent",
+            "--unix-socket",
+            f"{host.prefix}/run/sandstorm-mcp/daphne.sock",
+            f"http://{DOMAIN}/health",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     executor = json.loads(health.stdout)["executor"]
     assert executor["ok"] is True and executor["mode"] == "service" and executor["user"] == AGENT
@@ -589,10 +645,15 @@ def test_the_running_server_reaches_the_executor_running_as_the_agent(installed:
     executor_pid, server_pid = host.pid("executor"), host.pid("server")
     assert executor_pid and server_pid
     assert "mcpserver.executor" in " ".join(psutil.Process(executor_pid).cmdline())
-    assert not any("mcpserver.executor" in " ".join(child.cmdline()) for child in psutil.Process(server_pid).children(recursive=True))
+    assert not any(
+        "mcpserver.executor" in " ".join(child.cmdline())
+        for child in psutil.Process(server_pid).children(recursive=True)
+    )
 
 
-def test_first_install_creates_both_users_and_starts_everything(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:
+def test_first_install_creates_both_users_and_starts_everything(
+    installed: tuple[Host, subprocess.CompletedProcess[str]],
+) -> None:
     host, _ = installed
     # The calls log was rewritten by later runs only if a test ran one first; the module runs this file in order.
     useradds = [argv[-1] for argv in host.calls("useradd")]
@@ -626,7 +687,9 @@ def test_first_install_creates_both_users_and_starts_everything(installed: tuple
         assert expected in systemctl
     # Audit records are kept until the admin sets a retention.
     assert ["enable", "--now", "sandstorm-mcp-audit-prune.timer"] not in systemctl
-    assert ["validate", "--adapter", "caddyfile", "--config", f"{host.prefix}/etc/caddy/Caddyfile"] in host.calls("caddy")
+    assert ["validate", "--adapter", "caddyfile", "--config", f"{host.prefix}/etc/caddy/Caddyfile"] in host.calls(
+        "caddy"
+    )
 
 
 def test_a_second_run_changes_nothing(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:
@@ -642,7 +705,9 @@ def test_a_second_run_changes_nothing(installed: tuple[Host, subprocess.Complete
     assert "/mcp initialize with a token: 200" in result.stdout
 
 
-def test_an_existing_env_file_is_kept_and_missing_variables_are_named(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:
+def test_an_existing_env_file_is_kept_and_missing_variables_are_named(
+    installed: tuple[Host, subprocess.CompletedProcess[str]],
+) -> None:
     host, _ = installed
     env_file = host.prefix / "etc/sandstorm-mcp.env"
     original = env_file.read_text()
@@ -673,26 +738,37 @@ def test_a_retention_turns_the_audit_prune_timer_on(installed: tuple[Host, subpr
     assert ["disable", "--now", "sandstorm-mcp-audit-prune.timer"] in host.calls("systemctl")
 
 
-def test_agent_sudo_adds_a_limited_rule_and_a_run_without_it_removes_it(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:
+def test_agent_sudo_adds_a_limited_rule_and_a_run_without_it_removes_it(
+    installed: tuple[Host, subprocess.CompletedProcess[str]],
+) -> None:
     host, _ = installed
     units = host.prefix / "etc/systemd/system"
-    sudoers, drop_in = host.prefix / "etc/sudoers.d/sandstorm-mcp", units / "sandstorm-mcp-executor.service.d/agent-sudo.conf"
+    sudoers, drop_in = (
+        host.prefix / "etc/sudoers.d/sandstorm-mcp",
+        units / "sandstorm-mcp-executor.service.d/agent-sudo.conf",
+    )
     result = host.install("--agent-sudo")
     assert mode(sudoers) == 0o440 and owner(host, sudoers) == "root:root"
     rules = [line for line in sudoers.read_text().splitlines() if line and not line.startswith(("#", "Defaults"))]
-    assert rules == [f"{AGENT} ALL=(root) NOPASSWD: /usr/bin/apt-get install -y -- *"]  # the server's user runs no tools
+    assert rules == [
+        f"{AGENT} ALL=(root) NOPASSWD: /usr/bin/apt-get install -y -- *"
+    ]  # the server's user runs no tools
     # On the executor's unit, where tools run; the server's keeps NoNewPrivileges.
     assert "NoNewPrivileges=no" in drop_in.read_text()
     assert not (units / "sandstorm-mcp.service.d").exists()
     assert "can take over this host" in result.stderr
-    assert ["daemon-reload"] in host.calls("systemctl") and ["restart", "sandstorm-mcp-executor.service"] in host.calls("systemctl")
+    assert ["daemon-reload"] in host.calls("systemctl") and ["restart", "sandstorm-mcp-executor.service"] in host.calls(
+        "systemctl"
+    )
     result = host.install()
     assert not sudoers.exists() and not drop_in.exists()
     assert "removed the agents' sudo rule" in result.stderr
     assert ["restart", "sandstorm-mcp-executor.service"] in host.calls("systemctl")
 
 
-def test_a_changed_socket_unit_restarts_the_socket_with_the_executor_down(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:
+def test_a_changed_socket_unit_restarts_the_socket_with_the_executor_down(
+    installed: tuple[Host, subprocess.CompletedProcess[str]],
+) -> None:
     host, _ = installed
     socket_unit = host.prefix / "etc/systemd/system/sandstorm-mcp-executor.socket"
     socket_unit.write_text(socket_unit.read_text().replace("SocketMode=0660", "SocketMode=0666"))  # an older version
@@ -700,16 +776,22 @@ def test_a_changed_socket_unit_restarts_the_socket_with_the_executor_down(instal
     assert "SocketMode=0660" in socket_unit.read_text()
     # systemd refuses to restart a socket its running service holds: the executor stops first, then starts again.
     systemctl = host.calls("systemctl")
-    order = [["stop", "sandstorm-mcp-executor.service"], ["restart", "sandstorm-mcp-executor.socket"], ["start", "sandstorm-mcp-executor.service"]]
+    order = [
+        ["stop", "sandstorm-mcp-executor.service"],
+        ["restart", "sandstorm-mcp-executor.socket"],
+        ["start", "sandstorm-mcp-executor.service"],
+    ]
     assert all(call in systemctl for call in order), systemctl
     assert [systemctl.index(call) for call in order] == sorted(systemctl.index(call) for call in order)
     assert f"/health: 200, tools run by the executor as {AGENT}" in result.stdout
 
 
-def test_an_operators_own_caddyfile_is_kept_and_extended_with_the_import(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:
+def test_an_operators_own_caddyfile_is_kept_and_extended_with_the_import(
+    installed: tuple[Host, subprocess.CompletedProcess[str]],
+) -> None:
     host, _ = installed
     main = host.prefix / "etc/caddy/Caddyfile"
-    own = "other.example.org {\n\trespond \"hello\"\n}\n"
+    own = 'other.example.org {\n\trespond "hello"\n}\n'
     main.write_text(own)
     host.install()
     assert main.read_text().startswith(own) and main.read_text().splitlines()[-1] == "import sandstorm-mcp.caddy"
@@ -718,7 +800,9 @@ def test_an_operators_own_caddyfile_is_kept_and_extended_with_the_import(install
     assert ["restart", "sandstorm-mcp.service"] not in host.calls("systemctl")
 
 
-def test_a_rerun_after_a_new_commit_upgrades_code_and_schema_and_restarts(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:
+def test_a_rerun_after_a_new_commit_upgrades_code_and_schema_and_restarts(
+    installed: tuple[Host, subprocess.CompletedProcess[str]],
+) -> None:
     host, _ = installed
     (host.repo / "UPGRADE-MARKER").write_text("new code\n")
     commit(host.repo, "a new version")
@@ -727,7 +811,12 @@ def test_a_rerun_after_a_new_commit_upgrades_code_and_schema_and_restarts(instal
     assert (app / "UPGRADE-MARKER").read_text() == "new code\n"
     systemctl = host.calls("systemctl")
     # The server stops first (the executor ends its calls in flight), the executor starts first (the server needs it).
-    order = [["stop", "sandstorm-mcp.service"], ["stop", "sandstorm-mcp-executor.service"], ["start", "sandstorm-mcp-executor.service"], ["start", "sandstorm-mcp.service"]]
+    order = [
+        ["stop", "sandstorm-mcp.service"],
+        ["stop", "sandstorm-mcp-executor.service"],
+        ["start", "sandstorm-mcp-executor.service"],
+        ["start", "sandstorm-mcp.service"],
+    ]
     assert [systemctl.index(call) for call in order] == sorted(systemctl.index(call) for call in order)
     assert "dependencies up to date" in result.stdout  # pyproject.toml and the lock did not change
     assert "/mcp initialize with a token: 200" in result.stdout
@@ -757,13 +846,19 @@ def test_missing_packages_are_installed_from_the_distribution(tmp_path: Path, re
     host = make_host(tmp_path, repo)
     result = host.install("--dry-run", FAKE_MISSING_PACKAGES="caddy python3-venv")
     assert "would run: apt-get update -qq" in result.stdout
-    assert "would run: env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv caddy" in result.stdout
+    assert (
+        "would run: env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv caddy"
+        in result.stdout
+    )
 
 
 @pytest.mark.parametrize(
     ("os_release", "shown"),
     [
-        ('PRETTY_NAME="Debian GNU/Linux 11 (bullseye)"\nVERSION_ID="11"\nID=debian\n', "Debian GNU/Linux 11 (bullseye)"),
+        (
+            'PRETTY_NAME="Debian GNU/Linux 11 (bullseye)"\nVERSION_ID="11"\nID=debian\n',
+            "Debian GNU/Linux 11 (bullseye)",
+        ),
         ('PRETTY_NAME="Ubuntu 22.04.4 LTS"\nVERSION_ID="22.04"\nID=ubuntu\n', "Ubuntu 22.04.4 LTS"),
         ('PRETTY_NAME="Fedora Linux 40"\nVERSION_ID=40\nID=fedora\n', "Fedora Linux 40"),
     ],
@@ -772,17 +867,28 @@ def test_an_unsupported_system_is_refused(tmp_path: Path, repo: Path, os_release
     host = make_host(tmp_path, repo, os_release)
     result = host.install("--dry-run", check=False)
     assert result.returncode == 1
-    assert f"unsupported system: {shown}. This installer supports Debian 12 and 13 and Ubuntu 24.04 or newer." in result.stderr
+    assert (
+        f"unsupported system: {shown}. This installer supports Debian 12 and 13 and Ubuntu 24.04 or newer."
+        in result.stderr
+    )
     assert changes(host) == []
 
 
-@pytest.mark.parametrize("os_release", ['PRETTY_NAME="Ubuntu 24.04 LTS"\nVERSION_ID="24.04"\nID=ubuntu\n', 'PRETTY_NAME="Debian 13"\nVERSION_ID="13"\nID=debian\n'])
+@pytest.mark.parametrize(
+    "os_release",
+    [
+        'PRETTY_NAME="Ubuntu 24.04 LTS"\nVERSION_ID="24.04"\nID=ubuntu\n',
+        'PRETTY_NAME="Debian 13"\nVERSION_ID="13"\nID=debian\n',
+    ],
+)
 def test_supported_systems_pass_the_check(tmp_path: Path, repo: Path, os_release: str) -> None:
     host = make_host(tmp_path, repo, os_release)
     assert host.install("--dry-run").returncode == 0
 
 
-@pytest.mark.parametrize(("domain", "message"), [(None, "SANDSTORM_DOMAIN is not set"), ("https://mcp.example.com/", "must be a DNS name")])
+@pytest.mark.parametrize(
+    ("domain", "message"), [(None, "SANDSTORM_DOMAIN is not set"), ("https://mcp.example.com/", "must be a DNS name")]
+)
 def test_a_missing_or_bad_domain_is_refused(tmp_path: Path, repo: Path, domain: str | None, message: str) -> None:
     host = make_host(tmp_path, repo)
     result = host.install(check=False, SANDSTORM_DOMAIN=domain)
@@ -819,7 +925,9 @@ def short_tmp() -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def test_a_first_install_whose_caddy_does_not_answer_fails_without_announcing_its_secrets(short_tmp: Path, repo: Path) -> None:
+def test_a_first_install_whose_caddy_does_not_answer_fails_without_announcing_its_secrets(
+    short_tmp: Path, repo: Path
+) -> None:
     host = make_host(short_tmp, repo)
     try:
         result = host.install(check=False, FAKE_CADDY_DOWN="1", SANDSTORM_HTTPS_WAIT="2")

@@ -34,7 +34,11 @@ def test_one_access_line_per_request_without_the_query_string(live_server: LiveS
     httpx2.get(f"{live_server.url}/health?access_token={marker}")
 
     def found() -> list[dict[str, object]]:
-        return [entry for entry in json_lines(live_server) if entry["logger"] == "sandstorm.access" and entry["path"] == "/health"]
+        return [
+            entry
+            for entry in json_lines(live_server)
+            if entry["logger"] == "sandstorm.access" and entry["path"] == "/health"
+        ]
 
     line = poll(found, 10, what="the access line")[-1]
     assert {"ts", "level", "logger", "msg", "method", "path", "status", "duration_ms", "client"} <= set(line)
@@ -50,7 +54,9 @@ async def test_one_line_per_tool_call_without_arguments_or_results(live_server: 
         await client.call_tool("terminal_exec", {"command": f"echo {secret}"})
 
     def found() -> list[dict[str, object]]:
-        return [entry for entry in json_lines(live_server) if entry.get("tool") == "terminal_exec" and "call_id" in entry]
+        return [
+            entry for entry in json_lines(live_server) if entry.get("tool") == "terminal_exec" and "call_id" in entry
+        ]
 
     line = poll(found, 10, what="the tool-call line")[-1]
     assert line["user"] == "admin" and line["outcome"] == "ok"

@@ -22,7 +22,12 @@ from oauth.credentials import Principal
 
 ACTOR = Actor(username="agent", credential_kind="bearer", credential_id="1")
 PRINCIPAL = Principal(
-    user_id=1, username="agent", credential_kind="bearer", credential_id=1, credential_name="t", scopes=frozenset({"mcp"})
+    user_id=1,
+    username="agent",
+    credential_kind="bearer",
+    credential_id=1,
+    credential_name="t",
+    scopes=frozenset({"mcp"}),
 )
 
 
@@ -37,7 +42,9 @@ def spec(ran: list[dict[str, Any]]) -> ToolSpec:
         ran.append(arguments)  # no await before this: a call that gets here has run
         return ToolResult(text="ran", exit_code=0)
 
-    return ToolSpec(name="terminal_exec", fn=tool, title="t", read_only=False, destructive=False, idempotent=False, open_world=False)
+    return ToolSpec(
+        name="terminal_exec", fn=tool, title="t", read_only=False, destructive=False, idempotent=False, open_world=False
+    )
 
 
 @pytest.fixture

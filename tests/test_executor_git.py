@@ -215,7 +215,7 @@ async def test_server_environment_does_not_reach_programs_git_runs(
     # A filter driver in the admin's own (global) config still runs, the way git-lfs does; with our environment.
     monkeypatch.setenv("SANDSTORM_SECRET_PROBE", "x")
     seen = repo.parent / "filter_env.txt"
-    (setup.home / ".gitconfig").write_text(f"[filter \"probe\"]\n\tclean = \"sh -c 'env > {seen}; cat'\"\n")
+    (setup.home / ".gitconfig").write_text(f'[filter "probe"]\n\tclean = "sh -c \'env > {seen}; cat\'"\n')
     (repo / ".gitattributes").write_text("*.txt filter=probe\n")
     (repo / "a.txt").write_text("a\n")
     output = await executor.git_commit("Filtered", "repo")
@@ -341,9 +341,7 @@ async def test_a_push_branch_that_is_not_a_plain_branch_name_is_refused(
 
 
 @pytest.mark.anyio
-async def test_branch_creates_a_branch_and_lists_all_branches(
-    setup: Setup, executor: GitExecutor, repo: Path
-) -> None:
+async def test_branch_creates_a_branch_and_lists_all_branches(setup: Setup, executor: GitExecutor, repo: Path) -> None:
     assert await executor.git_branch("feature", "repo") == "Created branch feature"
     assert "refs/heads/feature" in branches(setup, repo)
     listing = await executor.git_branch(None, "repo")
@@ -485,9 +483,7 @@ async def test_clone_of_a_missing_repository_fails_with_gits_text(executor: GitE
 
 
 @pytest.mark.anyio
-async def test_clone_with_a_remote_helper_url_is_refused_and_runs_nothing(
-    executor: GitExecutor, setup: Setup
-) -> None:
+async def test_clone_with_a_remote_helper_url_is_refused_and_runs_nothing(executor: GitExecutor, setup: Setup) -> None:
     marker = setup.tmp / "pwned"
     with pytest.raises(ToolFailure, match=r"^Error: invalid repository URL 'ext::.*remote helper"):
         await executor.git_clone(f"ext::sh -c touch% {marker}", "x", None)
@@ -572,4 +568,3 @@ def test_the_default_clone_directory_is_the_last_url_component(url: str, name: s
 def test_a_url_without_a_usable_name_needs_a_path() -> None:
     with pytest.raises(ToolFailure, match="pass `path`"):
         directory_name_from_url("https://host/..")
-

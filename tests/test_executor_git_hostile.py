@@ -169,7 +169,14 @@ async def test_the_admins_credential_helper_is_kept_and_the_repositorys_is_not(
 def test_every_command_runs_without_pager_and_diffs_without_external_programs() -> None:
     assert gitconfig.command_argv(["status"]) == ["git", "--no-pager", "status"]
     assert gitconfig.command_argv(["-c", "user.name=x", "log", "-1"]) == [
-        "git", "--no-pager", "-c", "user.name=x", "log", "--no-ext-diff", "--no-textconv", "-1",
+        "git",
+        "--no-pager",
+        "-c",
+        "user.name=x",
+        "log",
+        "--no-ext-diff",
+        "--no-textconv",
+        "-1",
     ]
     assert gitconfig.command_argv(["diff"]) == ["git", "--no-pager", "diff", "--no-ext-diff", "--no-textconv"]
 

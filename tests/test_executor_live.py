@@ -164,7 +164,11 @@ async def test_health_restarts_a_dead_development_executor(tmp_path: Path) -> No
     try:
         first = executor_pid(server)
         psutil.Process(first).kill()
-        poll(lambda: not psutil.pid_exists(first) or psutil.Process(first).status() == psutil.STATUS_ZOMBIE, 10, what="exit")
+        poll(
+            lambda: not psutil.pid_exists(first) or psutil.Process(first).status() == psutil.STATUS_ZOMBIE,
+            10,
+            what="exit",
+        )
         assert httpx2.get(f"{server.url}/health", timeout=30).json()["executor"]["ok"] is True
         assert executor_pid(server) != first
     finally:

@@ -256,7 +256,9 @@ async def test_a_cancelled_calls_command_is_still_reaped_when_it_ends(executor: 
         os.waitpid(leader, os.WNOHANG)  # reaped already: no zombie left for this process
 
 
-async def test_without_pidfds_a_thread_waits_for_each_command(executor: _Executor, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_without_pidfds_a_thread_waits_for_each_command(
+    executor: _Executor, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def refused(pid: int) -> int:
         raise PermissionError("pidfd_open is not allowed here")
 

@@ -40,7 +40,9 @@ async def test_output_past_the_budget_is_saved_in_part_and_the_result_says_where
     assert result.stdout.startswith("1\n2\n3\n") and result.stdout.endswith("99999\n100000\n")  # head and tail kept
     assert f"holds only its first {BUDGET} bytes" in result.stdout and "SANDSTORM_OUTPUT_MAX_BYTES" in result.stdout
     saved = Path(str(result.output_path)).read_bytes()
-    assert saved.startswith(b"1\n2\n3\n") and saved.endswith(b"[output file cut at 50000 bytes: the saved-output budget is full]\n")
+    assert saved.startswith(b"1\n2\n3\n") and saved.endswith(
+        b"[output file cut at 50000 bytes: the saved-output budget is full]\n"
+    )
     assert used(executor.saved_output.directory) < BUDGET + 100
 
 
@@ -62,7 +64,9 @@ async def test_a_flood_of_large_outputs_never_takes_more_than_the_budget(tmp_pat
     assert used(executor.saved_output.directory) < 300_000 + 100
 
 
-async def test_the_directory_is_measured_once_not_on_every_save(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_directory_is_measured_once_not_on_every_save(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     walks: list[Path] = []
     real = savedoutput._entries
 

@@ -146,7 +146,12 @@ async def test_a_command_streams_its_output_and_returns_its_result(child: Execut
     command = "for i in 1 2 3; do echo line$i; sleep 0.3; done; echo oops >&2; exit 3"
     result = await remote(child).run_command(command, None, 30, 65536, listener)
     assert isinstance(result, ExecResult)
-    assert (result.stdout, result.stderr, result.exit_code, result.timed_out) == ("line1\nline2\nline3\n", "oops\n", 3, False)
+    assert (result.stdout, result.stderr, result.exit_code, result.timed_out) == (
+        "line1\nline2\nline3\n",
+        "oops\n",
+        3,
+        False,
+    )
     assert "".join(pieces).count("line") == 3 and len(pieces) >= 2  # it arrived as it was printed, not at the end
 
 
@@ -271,7 +276,9 @@ async def test_a_background_process_outlives_its_executor_and_a_new_one_can_sign
     await asyncio.to_thread(poll, lambda: started.pid not in live_pids_with("sleep 300"), 10, what="the process to end")
 
 
-async def test_calls_reuse_one_connection_and_survive_an_executor_restart(child: ExecutorChild, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_calls_reuse_one_connection_and_survive_an_executor_restart(
+    child: ExecutorChild, monkeypatch: pytest.MonkeyPatch
+) -> None:
     executor = remote(child)
     opened: list[int] = []
     connect = executor._connect
@@ -325,7 +332,7 @@ def test_a_child_executor_has_no_socket_anyone_could_connect_to(child: ExecutorC
     for fd in os.listdir(f"/proc/{child.pid}/fd"):
         link = os.readlink(f"/proc/{child.pid}/fd/{fd}")
         if link.startswith("socket:["):
-            held.add(link[len("socket:["):-1])
+            held.add(link[len("socket:[") : -1])
     assert held, "the channel at least"
     with open("/proc/net/unix") as table:
         named = {fields[6]: fields[7] for fields in (line.split() for line in list(table)[1:]) if len(fields) >= 8}

@@ -175,7 +175,9 @@ async def test_install_passes_names_as_arguments_not_through_a_shell(workspace: 
     result = await executor.install(["requests>=2.31,<3", "foo[bar]"], "pip")
     assert result.exit_code == 0
     assert result.stdout == "-m\npip\ninstall\nrequests>=2.31,<3\nfoo[bar]\n"
-    assert sorted(path.name for path in workspace.iterdir()) == []  # no file from a `>` redirect, no output directory (nothing saved)
+    assert (
+        sorted(path.name for path in workspace.iterdir()) == []
+    )  # no file from a `>` redirect, no output directory (nothing saved)
 
 
 @pytest.mark.anyio
@@ -208,7 +210,7 @@ async def test_sudo_that_wants_a_password_gives_a_clear_message(
     workspace: Path, tmp_path: Path, manager: str, refusal: str
 ) -> None:
     bin_dir = tmp_path / "bin"
-    fake_bin(bin_dir, "sudo", f"echo \"{refusal}\" >&2; exit 1")
+    fake_bin(bin_dir, "sudo", f'echo "{refusal}" >&2; exit 1')
     fake_bin(bin_dir, "apt-get", "exit 0")
     fake_bin(bin_dir, "dnf", "exit 0")
     with pytest.raises(ToolFailure, match="not allowed to run `sudo` without a password") as caught:

@@ -43,7 +43,9 @@ def _admin(settings: Any) -> None:
 
 def sign_in(username: str, password: str, address: str) -> tuple[bool, str]:
     """(signed in, the page's text) for one attempt at /admin/login/ from `address`, in a fresh browser."""
-    response = Client(REMOTE_ADDR=address).post("/admin/login/", {"username": username, "password": password, "next": "/admin/"})
+    response = Client(REMOTE_ADDR=address).post(
+        "/admin/login/", {"username": username, "password": password, "next": "/admin/"}
+    )
     return response.status_code == 302, response.content.decode()
 
 

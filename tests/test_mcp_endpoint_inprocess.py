@@ -32,7 +32,10 @@ def oauth_token(*, scope: str, resource: list[str], with_user: bool = True, expi
     from oauth2_provider.models import AccessToken, Application, set_token_value
 
     application = Application.objects.create(
-        name="inserted", client_type="public", authorization_grant_type="authorization-code", redirect_uris="https://example.com/cb"
+        name="inserted",
+        client_type="public",
+        authorization_grant_type="authorization-code",
+        redirect_uris="https://example.com/cb",
     )
     user = get_user_model().objects.get_or_create(username="approver")[0] if with_user else None
     expires = timezone.now() + (timedelta(seconds=-1) if expired else timedelta(hours=1))
@@ -95,7 +98,9 @@ async def test_an_oauth_token_with_neither_mcp_scope_gets_403_insufficient_scope
     raw = await oauth_token(scope="profile", resource=[settings.MCP_RESOURCE_URL])
     response = await mcp_app.post(raw, TOOLS_LIST, **stateless_headers("tools/list"))
     assert response.status_code == 403
-    assert response.headers["www-authenticate"] == f'Bearer error="insufficient_scope", scope="mcp", {RESOURCE_METADATA}'
+    assert (
+        response.headers["www-authenticate"] == f'Bearer error="insufficient_scope", scope="mcp", {RESOURCE_METADATA}'
+    )
     assert response.json()["error"] == "insufficient_scope"
 
 
@@ -115,5 +120,13 @@ async def test_a_read_only_token_lists_only_the_read_only_tools(mcp_app: InProce
     reader, writer = await new_token("reader", scope="mcp:read"), await new_token("writer")
     read_only = (await list_tools(mcp_app, reader)).json()["result"]["tools"]
     everything = (await list_tools(mcp_app, writer)).json()["result"]["tools"]
-    assert {tool["name"] for tool in read_only} == {"file_read", "file_list", "git_status", "git_diff", "git_log", "workspace_info", "git_branch"}
+    assert {tool["name"] for tool in read_only} == {
+        "file_read",
+        "file_list",
+        "git_status",
+        "git_diff",
+        "git_log",
+        "workspace_info",
+        "git_branch",
+    }
     assert len(everything) == 20

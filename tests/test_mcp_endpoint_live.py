@@ -58,8 +58,15 @@ def test_a_foreign_origin_gets_403(live_server: LiveServer) -> None:
 
 @pytest.mark.parametrize(
     "origin",
-    ["http://localhost:1@evil.example", "http://127.0.0.1:1@evil.example", "http://localhost.evil.example",
-     "http://127.0.0.1.evil.example", "http://[::1].evil.example", "null", "http://localhost:1/path"],
+    [
+        "http://localhost:1@evil.example",
+        "http://127.0.0.1:1@evil.example",
+        "http://localhost.evil.example",
+        "http://127.0.0.1.evil.example",
+        "http://[::1].evil.example",
+        "null",
+        "http://localhost:1/path",
+    ],
 )
 def test_an_origin_that_only_starts_like_an_allowed_one_gets_403(live_server: LiveServer, origin: str) -> None:
     headers = {**auth_headers(live_server.token), "Origin": origin}
@@ -91,14 +98,24 @@ def test_a_session_opened_by_one_credential_cannot_be_used_with_another(live_ser
     stolen = httpx2.post(
         live_server.mcp_url,
         json=listing,
-        headers={**MCP_HEADERS, **auth_headers(other), "Mcp-Session-Id": session_id, "Mcp-Protocol-Version": "2025-11-25"},
+        headers={
+            **MCP_HEADERS,
+            **auth_headers(other),
+            "Mcp-Session-Id": session_id,
+            "Mcp-Protocol-Version": "2025-11-25",
+        },
         timeout=10,
     )
     assert stolen.status_code == 404
     own = httpx2.post(
         live_server.mcp_url,
         json={"jsonrpc": "2.0", "method": "notifications/initialized"},
-        headers={**MCP_HEADERS, **auth_headers(live_server.token), "Mcp-Session-Id": session_id, "Mcp-Protocol-Version": "2025-11-25"},
+        headers={
+            **MCP_HEADERS,
+            **auth_headers(live_server.token),
+            "Mcp-Session-Id": session_id,
+            "Mcp-Protocol-Version": "2025-11-25",
+        },
         timeout=10,
     )
     assert own.status_code == 202
@@ -168,8 +185,17 @@ def test_the_database_runs_in_wal_mode(live_server: LiveServer) -> None:
 
 @requires_postgres
 def test_with_database_url_the_server_keeps_everything_in_postgresql(live_server: LiveServer) -> None:
-    tables = {row["name"] for row in live_server.database.query("SELECT tablename AS name FROM pg_tables WHERE schemaname = 'public'")}
-    assert {"oauth_bearertoken", "audit_auditrecord", "audit_chainhead", "mcpserver_backgroundprocess", "oauth_revocation"} <= tables
+    tables = {
+        row["name"]
+        for row in live_server.database.query("SELECT tablename AS name FROM pg_tables WHERE schemaname = 'public'")
+    }
+    assert {
+        "oauth_bearertoken",
+        "audit_auditrecord",
+        "audit_chainhead",
+        "mcpserver_backgroundprocess",
+        "oauth_revocation",
+    } <= tables
     assert live_server.database.query("SELECT name FROM oauth_bearertoken WHERE name = 'bootstrap'")
     assert not list(live_server.state_dir.glob("*.sqlite3*"))
 

@@ -82,7 +82,10 @@ def test_the_public_origin_and_loopback_origins_pass(origin: str) -> None:
 
 def test_no_origin_passes_and_two_origins_do_not() -> None:
     assert answer([(b"host", b"mcp.example.com")]) == 200
-    assert answer([(b"host", b"mcp.example.com"), (b"origin", PUBLIC.encode()), (b"origin", b"https://evil.example")]) == 403
+    assert (
+        answer([(b"host", b"mcp.example.com"), (b"origin", PUBLIC.encode()), (b"origin", b"https://evil.example")])
+        == 403
+    )
 
 
 @pytest.mark.parametrize("host", HOSTILE_HOSTS)

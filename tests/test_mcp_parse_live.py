@@ -19,7 +19,11 @@ DEPTH = 200_000  # far beyond Python's recursion limit, well inside the 4 MiB bo
 
 def envelope(inner: bytes) -> bytes:
     """A tools/call whose `arguments` hold `inner`."""
-    return b'{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"file_read","arguments":{"path":' + inner + b"}}}"
+    return (
+        b'{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"file_read","arguments":{"path":'
+        + inner
+        + b"}}}"
+    )
 
 
 HOSTILE_BODIES = {
@@ -72,12 +76,18 @@ def test_the_session_still_answers_after_a_hostile_body(live_server: LiveServer,
     headers = session_headers(live_server, token)
     for body in HOSTILE_BODIES.values():
         assert httpx2.post(live_server.mcp_url, content=body, headers=headers, timeout=30).status_code == 400
-    listing = httpx2.post(live_server.mcp_url, json={"jsonrpc": "2.0", "id": 9, "method": "tools/list"}, headers=headers, timeout=30)
+    listing = httpx2.post(
+        live_server.mcp_url, json={"jsonrpc": "2.0", "id": 9, "method": "tools/list"}, headers=headers, timeout=30
+    )
     assert listing.status_code == 200 and len(listing.json()["result"]["tools"]) == 20
 
 
 def test_a_deeply_nested_registration_body_gets_400_not_500(live_server: LiveServer) -> None:
     depth = 8000  # beyond Python's recursion limit, inside the registration body's 16 KiB cap
-    answer = httpx2.post(f"{live_server.url}/oauth/register/", content=b"[" * depth + b"]" * depth,
-                         headers={"Content-Type": "application/json"}, timeout=30)
+    answer = httpx2.post(
+        f"{live_server.url}/oauth/register/",
+        content=b"[" * depth + b"]" * depth,
+        headers={"Content-Type": "application/json"},
+        timeout=30,
+    )
     assert answer.status_code == 400 and answer.json()["error"] == "invalid_client_metadata"

@@ -60,7 +60,9 @@ def test_a_flood_of_sessions_from_one_credential_keeps_only_its_newest_few_open(
     token = server.create_token(f"flood-{uuid.uuid4().hex[:8]}")
     with httpx2.Client(timeout=10) as http:
         answers = flood(http, server, token, FLOOD)
-        assert all(answer.status_code == 200 for answer in answers), "a client that keeps reconnecting is not locked out"
+        assert all(answer.status_code == 200 for answer in answers), (
+            "a client that keeps reconnecting is not locked out"
+        )
         ids = [answer.headers["mcp-session-id"] for answer in answers]
         statuses = [session_answers(http, server, token, session_id) for session_id in ids]
         assert statuses[-PER_CREDENTIAL:] == [200] * PER_CREDENTIAL
@@ -73,7 +75,10 @@ def test_a_flood_of_sessions_from_one_credential_keeps_only_its_newest_few_open(
 def test_many_tokens_of_one_user_cannot_take_more_than_the_users_cap(server: LiveServer) -> None:
     username = f"flooder-{uuid.uuid4().hex[:6]}"
     shell(server, f"from django.contrib.auth import get_user_model; get_user_model().objects.create_user({username!r})")
-    tokens = [server.manage("create_token", f"{username}-{n}", "--user", username).stdout.strip().splitlines()[-1] for n in range(4)]
+    tokens = [
+        server.manage("create_token", f"{username}-{n}", "--user", username).stdout.strip().splitlines()[-1]
+        for n in range(4)
+    ]
     with httpx2.Client(timeout=10) as http:
         opened = [flood(http, server, token, PER_CREDENTIAL) for token in tokens[:3]]  # 12 sessions for a cap of 10
         assert all(answer.status_code == 200 for answers in opened for answer in answers)
@@ -97,7 +102,11 @@ def test_a_session_that_never_makes_a_request_is_closed_after_the_unused_timeout
         assert session_answers(http, server, token, used) == 200
         started = time.monotonic()
         assert still_open_unused(http, server, token, unused)
-        poll(lambda: not still_open_unused(http, server, token, unused), UNUSED_TIMEOUT + 10, what="the unused session to close")
+        poll(
+            lambda: not still_open_unused(http, server, token, unused),
+            UNUSED_TIMEOUT + 10,
+            what="the unused session to close",
+        )
         assert time.monotonic() - started < UNUSED_TIMEOUT + 10
         time.sleep(0.5)  # past the deadline of `used` too, had it been unused
         assert session_answers(http, server, token, used) == 200, "a session in use stays open"

@@ -30,7 +30,9 @@ def open_session(server: LiveServer, token: str) -> dict[str, str]:
     opened = httpx2.post(server.mcp_url, json=INITIALIZE, headers=headers, timeout=10)
     assert opened.status_code == 200, opened.text
     headers |= {"Mcp-Session-Id": opened.headers["mcp-session-id"], "Mcp-Protocol-Version": PROTOCOL}
-    notified = httpx2.post(server.mcp_url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers, timeout=10)
+    notified = httpx2.post(
+        server.mcp_url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers, timeout=10
+    )
     assert notified.status_code == 202
     return headers
 
@@ -56,8 +58,12 @@ def session(live_server: LiveServer, token: str) -> dict[str, str]:
     return open_session(live_server, token)
 
 
-def test_a_call_without_a_progress_token_is_answered_with_one_json_body(live_server: LiveServer, session: dict[str, str]) -> None:
-    response = httpx2.post(live_server.mcp_url, json=tool_call(7, "terminal_exec", {"command": "echo hi"}), headers=session, timeout=30)
+def test_a_call_without_a_progress_token_is_answered_with_one_json_body(
+    live_server: LiveServer, session: dict[str, str]
+) -> None:
+    response = httpx2.post(
+        live_server.mcp_url, json=tool_call(7, "terminal_exec", {"command": "echo hi"}), headers=session, timeout=30
+    )
     assert response.status_code == 200
     assert response.headers["content-type"] == "application/json"
     assert response.headers["mcp-session-id"] == session["Mcp-Session-Id"]
@@ -66,7 +72,9 @@ def test_a_call_without_a_progress_token_is_answered_with_one_json_body(live_ser
     assert answer["result"]["content"][0]["text"] == "stdout:\nhi\n\nexit_code: 0"
 
 
-def test_a_call_with_a_progress_token_keeps_its_stream_and_its_progress(live_server: LiveServer, session: dict[str, str]) -> None:
+def test_a_call_with_a_progress_token_keeps_its_stream_and_its_progress(
+    live_server: LiveServer, session: dict[str, str]
+) -> None:
     call = tool_call(8, "terminal_exec", {"command": SLOW_OUTPUT}, progress_token="p-8")
     response = httpx2.post(live_server.mcp_url, json=call, headers=session, timeout=30)
     assert response.status_code == 200
@@ -77,8 +85,12 @@ def test_a_call_with_a_progress_token_keeps_its_stream_and_its_progress(live_ser
     assert messages[-1]["id"] == 8 and "line-4" in messages[-1]["result"]["content"][0]["text"]
 
 
-def test_other_requests_of_the_session_are_answered_with_json_too(live_server: LiveServer, session: dict[str, str]) -> None:
-    response = httpx2.post(live_server.mcp_url, json={"jsonrpc": "2.0", "id": 9, "method": "tools/list"}, headers=session, timeout=30)
+def test_other_requests_of_the_session_are_answered_with_json_too(
+    live_server: LiveServer, session: dict[str, str]
+) -> None:
+    response = httpx2.post(
+        live_server.mcp_url, json={"jsonrpc": "2.0", "id": 9, "method": "tools/list"}, headers=session, timeout=30
+    )
     assert response.headers["content-type"] == "application/json"
     assert "terminal_exec" in {tool["name"] for tool in response.json()["result"]["tools"]}
 
@@ -90,19 +102,24 @@ async def test_a_json_answer_beside_a_streamed_call_leaves_that_stream_its_progr
     drop the notifications of another."""
     streamed: dict[str, Any] = {}
     async with httpx2.AsyncClient(timeout=30) as http:
-
         running = live_server.workspace / f"streaming-{uuid.uuid4().hex}"
         command = f"touch {running}; {SLOW_OUTPUT}"
 
         async def call_with_progress() -> None:
-            response = await http.post(live_server.mcp_url, json=tool_call(20, "terminal_exec", {"command": command}, "p-20"), headers=session)
+            response = await http.post(
+                live_server.mcp_url, json=tool_call(20, "terminal_exec", {"command": command}, "p-20"), headers=session
+            )
             streamed["type"], streamed["messages"] = response.headers["content-type"], sse_messages(response.text)
 
         async with anyio.create_task_group() as group:
             group.start_soon(call_with_progress)
             await apoll(running.exists, 30, what="the streamed call to run")
             for request_id in range(21, 26):
-                plain = await http.post(live_server.mcp_url, json=tool_call(request_id, "terminal_exec", {"command": "true"}), headers=session)
+                plain = await http.post(
+                    live_server.mcp_url,
+                    json=tool_call(request_id, "terminal_exec", {"command": "true"}),
+                    headers=session,
+                )
                 assert plain.headers["content-type"] == "application/json"
                 assert plain.json()["id"] == request_id
     assert streamed["type"].startswith("text/event-stream")
@@ -112,7 +129,9 @@ async def test_a_json_answer_beside_a_streamed_call_leaves_that_stream_its_progr
 
 def test_a_client_that_accepts_only_json_is_refused_as_before(live_server: LiveServer, session: dict[str, str]) -> None:
     headers = {**session, "Accept": "application/json"}
-    response = httpx2.post(live_server.mcp_url, json=tool_call(30, "terminal_exec", {"command": "true"}), headers=headers, timeout=30)
+    response = httpx2.post(
+        live_server.mcp_url, json=tool_call(30, "terminal_exec", {"command": "true"}), headers=headers, timeout=30
+    )
     assert response.status_code == 406
 
 

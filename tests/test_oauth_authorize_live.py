@@ -61,13 +61,22 @@ def test_protected_resource_metadata_names_our_resource_and_issuer(server: LiveS
 
 
 @pytest.mark.parametrize(
-    "path", ["/oauth/introspect/", "/oauth/device-authorization/", "/oauth/applications/", "/.well-known/openid-configuration", "/oauth/userinfo/"]
+    "path",
+    [
+        "/oauth/introspect/",
+        "/oauth/device-authorization/",
+        "/oauth/applications/",
+        "/.well-known/openid-configuration",
+        "/oauth/userinfo/",
+    ],
 )
 def test_toolkit_endpoints_we_do_not_use_are_not_mounted(server: LiveServer, path: str) -> None:
     assert httpx2.get(f"{server.url}{path}", timeout=10).status_code == 404
 
 
-def test_iss_in_the_authorization_response_equals_the_metadata_issuer(server: LiveServer, admin: AdminSession, client: Client) -> None:
+def test_iss_in_the_authorization_response_equals_the_metadata_issuer(
+    server: LiveServer, admin: AdminSession, client: Client
+) -> None:
     issuer = httpx2.get(f"{server.url}/.well-known/oauth-authorization-server", timeout=10).json()["issuer"]
     _, challenge = pkce()
     location = admin.decide(authorize_url(server, client, challenge, state="s-iss"))
@@ -77,7 +86,9 @@ def test_iss_in_the_authorization_response_equals_the_metadata_issuer(server: Li
     assert answer["state"] == "s-iss" and answer["code"]
 
 
-def test_deny_redirects_with_access_denied_state_and_iss(server: LiveServer, admin: AdminSession, client: Client) -> None:
+def test_deny_redirects_with_access_denied_state_and_iss(
+    server: LiveServer, admin: AdminSession, client: Client
+) -> None:
     _, challenge = pkce()
     answer = query_of(admin.decide(authorize_url(server, client, challenge, state="s-deny"), approve=False))
     assert answer["error"] == "access_denied" and answer["state"] == "s-deny" and answer["iss"] == server.url
@@ -123,7 +134,9 @@ def test_a_redirect_uri_that_differs_is_refused_without_redirecting(
     assert "refused" in response.text
 
 
-@pytest.mark.parametrize("registered", ["http://127.0.0.1:33418/callback", "http://localhost:33418/callback", "http://[::1]:33418/callback"])
+@pytest.mark.parametrize(
+    "registered", ["http://127.0.0.1:33418/callback", "http://localhost:33418/callback", "http://[::1]:33418/callback"]
+)
 def test_a_loopback_redirect_matches_on_any_port(server: LiveServer, admin: AdminSession, registered: str) -> None:
     client = register(server, registered)
     _, challenge = pkce()
@@ -157,7 +170,9 @@ def test_a_wrong_or_missing_code_verifier_is_refused(server: LiveServer, admin: 
     assert missing.status_code == 400 and missing.json()["error"] == "invalid_request"
 
 
-def test_a_replayed_code_is_refused_and_the_tokens_it_produced_are_revoked(server: LiveServer, admin: AdminSession, client: Client) -> None:
+def test_a_replayed_code_is_refused_and_the_tokens_it_produced_are_revoked(
+    server: LiveServer, admin: AdminSession, client: Client
+) -> None:
     verifier, challenge = pkce()
     code = query_of(admin.decide(authorize_url(server, client, challenge)))["code"]
     first = exchange(server, client, code, verifier)
@@ -173,12 +188,17 @@ def test_a_replayed_code_is_refused_and_the_tokens_it_produced_are_revoked(serve
 def test_an_expired_code_is_refused(server: LiveServer, admin: AdminSession, client: Client) -> None:
     verifier, challenge = pkce()
     code = query_of(admin.decide(authorize_url(server, client, challenge)))["code"]
-    shell(server, f"from datetime import timedelta; from django.utils import timezone; from oauth2_provider.models import Grant; "
-                  f"Grant.objects.filter(code={code!r}).update(expires=timezone.now() - timedelta(seconds=1))")
+    shell(
+        server,
+        f"from datetime import timedelta; from django.utils import timezone; from oauth2_provider.models import Grant; "
+        f"Grant.objects.filter(code={code!r}).update(expires=timezone.now() - timedelta(seconds=1))",
+    )
     assert exchange(server, client, code, verifier).json()["error"] == "invalid_grant"
 
 
-def test_a_request_for_another_resource_gets_invalid_target(server: LiveServer, admin: AdminSession, client: Client) -> None:
+def test_a_request_for_another_resource_gets_invalid_target(
+    server: LiveServer, admin: AdminSession, client: Client
+) -> None:
     verifier, challenge = pkce()
     response = admin.consent_page(authorize_url(server, client, challenge, resource="https://other.example/mcp"))
     assert response.status_code == 302 and query_of(response.headers["location"])["error"] == "invalid_target"
@@ -187,7 +207,9 @@ def test_a_request_for_another_resource_gets_invalid_target(server: LiveServer, 
     assert token.status_code == 400 and token.json()["error"] == "invalid_target"
 
 
-def test_a_request_without_resource_gets_a_token_for_ours(server: LiveServer, admin: AdminSession, client: Client) -> None:
+def test_a_request_without_resource_gets_a_token_for_ours(
+    server: LiveServer, admin: AdminSession, client: Client
+) -> None:
     verifier, challenge = pkce()
     location = admin.decide(authorize_url(server, client, challenge, resource=None))
     token = exchange(server, client, query_of(location)["code"], verifier)
@@ -195,7 +217,9 @@ def test_a_request_without_resource_gets_a_token_for_ours(server: LiveServer, ad
     assert mcp_status(server, token.json()["access_token"]).status_code == 200
 
 
-def test_refresh_tokens_rotate_and_a_reused_one_revokes_its_family(server: LiveServer, admin: AdminSession, client: Client) -> None:
+def test_refresh_tokens_rotate_and_a_reused_one_revokes_its_family(
+    server: LiveServer, admin: AdminSession, client: Client
+) -> None:
     first = obtain_tokens(server, admin, client)
     second = refresh(server, client, str(first["refresh_token"]))
     assert second.status_code == 200
@@ -208,7 +232,9 @@ def test_refresh_tokens_rotate_and_a_reused_one_revokes_its_family(server: LiveS
     assert refresh(server, client, rotated["refresh_token"]).status_code == 400
 
 
-def test_approval_prompt_auto_still_shows_the_consent_page(server: LiveServer, admin: AdminSession, client: Client) -> None:
+def test_approval_prompt_auto_still_shows_the_consent_page(
+    server: LiveServer, admin: AdminSession, client: Client
+) -> None:
     obtain_tokens(server, admin, client)  # an earlier approval, with a live token
     _, challenge = pkce()
     page = admin.consent_page(authorize_url(server, client, challenge, approval_prompt="auto"))
@@ -225,12 +251,19 @@ def test_a_consent_post_without_csrf_token_is_refused(server: LiveServer, admin:
     assert "location" not in response.headers
 
 
-def test_the_consent_page_cannot_be_framed_and_has_a_strict_csp(server: LiveServer, admin: AdminSession, client: Client) -> None:
+def test_the_consent_page_cannot_be_framed_and_has_a_strict_csp(
+    server: LiveServer, admin: AdminSession, client: Client
+) -> None:
     _, challenge = pkce()
     page = admin.consent_page(authorize_url(server, client, challenge))
     assert page.headers["x-frame-options"] == "DENY"
     csp = page.headers["content-security-policy"]
-    for directive in ("default-src 'none'", "frame-ancestors 'none'", "base-uri 'none'", "form-action 'self' http://127.0.0.1:33418"):
+    for directive in (
+        "default-src 'none'",
+        "frame-ancestors 'none'",
+        "base-uri 'none'",
+        "form-action 'self' http://127.0.0.1:33418",
+    ):
         assert directive in csp
     assert "unsafe-inline" not in csp and "script-src" not in csp
     assert page.headers["cache-control"] == "no-store"

@@ -28,8 +28,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
 
 
 def backdate_client(server: LiveServer, client_id: str, days: int) -> None:
-    shell(server, "from datetime import timedelta; from django.utils import timezone; from oauth2_provider.models import Application; "
-                  f"Application.objects.filter(client_id={client_id!r}).update(created=timezone.now() - timedelta(days={days}))")
+    shell(
+        server,
+        "from datetime import timedelta; from django.utils import timezone; from oauth2_provider.models import Application; "
+        f"Application.objects.filter(client_id={client_id!r}).update(created=timezone.now() - timedelta(days={days}))",
+    )
 
 
 def client_exists(server: LiveServer, client_id: str) -> bool:
@@ -39,7 +42,11 @@ def client_exists(server: LiveServer, client_id: str) -> bool:
 
 def test_prune_clients_removes_only_old_clients_that_never_got_a_token(server: LiveServer) -> None:
     admin = AdminSession(server)
-    stale, used, fresh = register(server, client_name="stale"), register(server, client_name="used"), register(server, client_name="fresh")
+    stale, used, fresh = (
+        register(server, client_name="stale"),
+        register(server, client_name="used"),
+        register(server, client_name="fresh"),
+    )
     obtain_tokens(server, admin, used)
     backdate_client(server, stale.client_id, 8)
     backdate_client(server, used.client_id, 30)
@@ -58,10 +65,16 @@ def test_prune_clients_removes_only_old_clients_that_never_got_a_token(server: L
 
 def test_cleartokens_removes_expired_access_tokens(server: LiveServer) -> None:
     insert_access_token(server, scope="mcp", resource=[server.mcp_url])
-    shell(server, "from datetime import timedelta; from django.utils import timezone; from oauth2_provider.models import AccessToken; "
-                  "AccessToken.objects.filter(application__name='inserted').update(expires=timezone.now() - timedelta(seconds=1))")
+    shell(
+        server,
+        "from datetime import timedelta; from django.utils import timezone; from oauth2_provider.models import AccessToken; "
+        "AccessToken.objects.filter(application__name='inserted').update(expires=timezone.now() - timedelta(seconds=1))",
+    )
     server.manage("cleartokens")
-    remaining = shell(server, "from oauth2_provider.models import AccessToken; print(AccessToken.objects.filter(application__name='inserted').count())")
+    remaining = shell(
+        server,
+        "from oauth2_provider.models import AccessToken; print(AccessToken.objects.filter(application__name='inserted').count())",
+    )
     assert remaining.strip() == "0"
 
 
@@ -72,8 +85,11 @@ def try_login(server: LiveServer, username: str, password: str) -> httpx2.Respon
 
 
 def test_failed_admin_logins_are_throttled_per_username_and_audited(server: LiveServer) -> None:
-    shell(server, "from django.contrib.auth import get_user_model; "
-                  "get_user_model().objects.create_user('victim', password='victim-password-123', is_staff=True)")
+    shell(
+        server,
+        "from django.contrib.auth import get_user_model; "
+        "get_user_model().objects.create_user('victim', password='victim-password-123', is_staff=True)",
+    )
     assert try_login(server, "victim", "victim-password-123").status_code == 302
     for attempt in range(5):
         assert try_login(server, "victim", f"guess-{attempt}").status_code == 200

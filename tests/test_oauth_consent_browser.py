@@ -68,7 +68,9 @@ def test_deny_in_the_browser_redirects_with_access_denied(page: Page, server: Li
 
 
 def test_a_loopback_client_is_flagged_on_the_consent_page(page: Page, server: LiveServer) -> None:
-    client = register(server, "http://127.0.0.1:40111/callback", client_name="Claude Code", token_endpoint_auth_method="none")
+    client = register(
+        server, "http://127.0.0.1:40111/callback", client_name="Claude Code", token_endpoint_auth_method="none"
+    )
     page.route("http://127.0.0.1:40111/**", lambda route: route.fulfill(status=200, body="loopback reached"))
     sign_in_through_consent(page, server, client, "loop-state")
     assert page.inner_text("#redirect-host") == "127.0.0.1:40111"
@@ -91,7 +93,9 @@ def test_the_consent_page_renders_inside_no_frame(page: Page, server: LiveServer
             fetched = route.fetch(url=consent_url)
             headers = dict(fetched.headers)
             if url.endswith("/control"):
-                headers = {k: v for k, v in headers.items() if k.lower() not in {"x-frame-options", "content-security-policy"}}
+                headers = {
+                    k: v for k, v in headers.items() if k.lower() not in {"x-frame-options", "content-security-policy"}
+                }
             route.fulfill(response=fetched, headers=headers)
         else:
             body = '<iframe id="control" src="/control"></iframe><iframe id="victim" src="/victim"></iframe>'

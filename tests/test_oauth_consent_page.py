@@ -52,7 +52,9 @@ def scope_text(browser: Client, scope: str) -> str:
     ("scope", "expected"),
     [("mcp", "Run any command as sandstorm-agent on this host"), ("mcp:read", "as sandstorm-agent on this host")],
 )
-def test_the_consent_page_names_the_os_user_the_executor_reported(consent_page: Client, scope: str, expected: str) -> None:
+def test_the_consent_page_names_the_os_user_the_executor_reported(
+    consent_page: Client, scope: str, expected: str
+) -> None:
     remember_agent_user("sandstorm-agent")
     assert expected in scope_text(consent_page, scope)
 

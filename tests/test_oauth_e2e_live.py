@@ -50,7 +50,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
         yield live
 
 
-def provider_for(server: LiveServer, admin: AdminSession, storage: MemoryStorage, seen: list[str]) -> OAuthClientProvider:
+def provider_for(
+    server: LiveServer, admin: AdminSession, storage: MemoryStorage, seen: list[str]
+) -> OAuthClientProvider:
     callback: dict[str, str] = {}
 
     async def redirect_handler(url: str) -> None:
@@ -79,7 +81,9 @@ def provider_for(server: LiveServer, admin: AdminSession, storage: MemoryStorage
 
 
 @pytest.mark.anyio
-async def test_the_sdk_client_connects_from_nothing_refreshes_and_is_cut_off_by_rotation(server: LiveServer, tmp_path: Path) -> None:
+async def test_the_sdk_client_connects_from_nothing_refreshes_and_is_cut_off_by_rotation(
+    server: LiveServer, tmp_path: Path
+) -> None:
     admin = AdminSession(server)
     storage = MemoryStorage()
     seen: list[str] = []

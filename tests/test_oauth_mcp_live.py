@@ -34,13 +34,18 @@ def test_a_registration_access_token_is_refused(server: LiveServer) -> None:
 
 def test_an_expired_token_is_refused(server: LiveServer, admin: AdminSession) -> None:
     tokens = obtain_tokens(server, admin, register(server))
-    shell(server, "from datetime import timedelta; from django.utils import timezone; from oauth2_provider.models import AccessToken; "
-                  "AccessToken.objects.filter(user__isnull=False).update(expires=timezone.now() - timedelta(seconds=1))")
+    shell(
+        server,
+        "from datetime import timedelta; from django.utils import timezone; from oauth2_provider.models import AccessToken; "
+        "AccessToken.objects.filter(user__isnull=False).update(expires=timezone.now() - timedelta(seconds=1))",
+    )
     assert mcp_status(server, str(tokens["access_token"])).status_code == 401
 
 
 @pytest.mark.anyio
-async def test_a_read_only_oauth_token_calling_a_write_tool_gets_the_scope_error_result(server: LiveServer, admin: AdminSession) -> None:
+async def test_a_read_only_oauth_token_calling_a_write_tool_gets_the_scope_error_result(
+    server: LiveServer, admin: AdminSession
+) -> None:
     tokens = obtain_tokens(server, admin, register(server), scope="mcp:read")
     assert tokens["scope"] == "mcp:read"
     async with mcp_client(server.mcp_url, str(tokens["access_token"])) as client:
@@ -53,7 +58,9 @@ async def test_a_read_only_oauth_token_calling_a_write_tool_gets_the_scope_error
 
 
 @pytest.mark.anyio
-async def test_the_oauth_principal_reaches_the_audit_log_with_user_client_and_scope(server: LiveServer, admin: AdminSession) -> None:
+async def test_the_oauth_principal_reaches_the_audit_log_with_user_client_and_scope(
+    server: LiveServer, admin: AdminSession
+) -> None:
     client = register(server, client_name="Audit trail client")
     tokens = obtain_tokens(server, admin, client)
     async with mcp_client(server.mcp_url, str(tokens["access_token"])) as mcp:
@@ -68,14 +75,20 @@ print(json.dumps(dict(username=r.username, kind=r.credential_kind, id=r.credenti
     record = json.loads(shell(server, code).strip().splitlines()[-1])
     assert record["username"] == "admin" and record["kind"] == "oauth" and record["scope"] == "mcp"
     assert record["name"] == f"Audit trail client (client {client.client_id})"
-    token_id = shell(server, "from oauth2_provider.models import AccessToken; print(AccessToken.objects.filter(user__isnull=False).order_by('-id').first().pk)")
+    token_id = shell(
+        server,
+        "from oauth2_provider.models import AccessToken; print(AccessToken.objects.filter(user__isnull=False).order_by('-id').first().pk)",
+    )
     assert record["id"] == token_id.strip()
 
 
 @pytest.mark.anyio
 async def test_tokens_belong_to_the_user_who_approved(server: LiveServer) -> None:
-    shell(server, "from django.contrib.auth import get_user_model; "
-                  "get_user_model().objects.create_user('alice', password='alice-password-123', is_staff=True)")
+    shell(
+        server,
+        "from django.contrib.auth import get_user_model; "
+        "get_user_model().objects.create_user('alice', password='alice-password-123', is_staff=True)",
+    )
     alice = AdminSession(server, "alice", "alice-password-123")
     tokens = obtain_tokens(server, alice, register(server))
     alice.close()
@@ -86,10 +99,14 @@ async def test_tokens_belong_to_the_user_who_approved(server: LiveServer) -> Non
     assert shell(server, code).strip() == "alice"
 
 
-def test_the_revocation_endpoint_revokes_an_access_token_and_its_refresh_token(server: LiveServer, admin: AdminSession) -> None:
+def test_the_revocation_endpoint_revokes_an_access_token_and_its_refresh_token(
+    server: LiveServer, admin: AdminSession
+) -> None:
     client = register(server)
     tokens = obtain_tokens(server, admin, client)
-    response = httpx2.post(f"{server.url}/oauth/revoke/", data={"token": tokens["access_token"], **client.credentials()}, timeout=30)
+    response = httpx2.post(
+        f"{server.url}/oauth/revoke/", data={"token": tokens["access_token"], **client.credentials()}, timeout=30
+    )
     assert response.status_code == 200
     assert mcp_status(server, str(tokens["access_token"])).status_code == 401
     again = httpx2.post(
@@ -103,5 +120,7 @@ def test_the_revocation_endpoint_revokes_an_access_token_and_its_refresh_token(s
 def test_another_client_cannot_revoke_a_token(server: LiveServer, admin: AdminSession) -> None:
     owner, other = register(server), register(server)
     tokens = obtain_tokens(server, admin, owner)
-    httpx2.post(f"{server.url}/oauth/revoke/", data={"token": tokens["access_token"], **other.credentials()}, timeout=30)
+    httpx2.post(
+        f"{server.url}/oauth/revoke/", data={"token": tokens["access_token"], **other.credentials()}, timeout=30
+    )
     assert mcp_status(server, str(tokens["access_token"])).status_code == 200

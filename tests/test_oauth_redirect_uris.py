@@ -102,7 +102,11 @@ def staff_browser() -> Client:
 @pytest.mark.parametrize("uri", HOSTILE)
 def test_authorization_refuses_a_hostile_redirect_uri_held_by_a_client(uri: str, staff_browser: Client) -> None:
     application = Application(
-        name="by hand", client_type="public", authorization_grant_type="authorization-code", redirect_uris=uri, skip_authorization=False
+        name="by hand",
+        client_type="public",
+        authorization_grant_type="authorization-code",
+        redirect_uris=uri,
+        skip_authorization=False,
     )
     application.save()  # not full_clean(): as a client added by hand or from an old registration could be
     _, challenge = pkce()
@@ -114,7 +118,9 @@ def test_authorization_refuses_a_hostile_redirect_uri_held_by_a_client(uri: str,
 
 
 @pytest.mark.parametrize(("uri", "loopback", "host"), ALLOWED[:1] + ALLOWED[4:5])
-def test_authorization_shows_the_consent_page_for_an_allowed_redirect_uri(uri: str, loopback: bool, host: str, staff_browser: Client) -> None:
+def test_authorization_shows_the_consent_page_for_an_allowed_redirect_uri(
+    uri: str, loopback: bool, host: str, staff_browser: Client
+) -> None:
     application = Application.objects.create(
         name="fine", client_type="public", authorization_grant_type="authorization-code", redirect_uris=uri
     )

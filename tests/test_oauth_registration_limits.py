@@ -74,11 +74,15 @@ def test_a_client_name_the_client_cannot_hold_is_invalid_client_metadata(name: o
 
 def test_unknown_fields_are_dropped_from_the_client_the_audit_log_and_the_answer() -> None:
     marker = "unknown-field-marker-7f3a"
-    response = register({"redirect_uris": [CALLBACK], "client_name": "Claude", "x_extra": marker * 100, "logo_uri": marker})
+    response = register(
+        {"redirect_uris": [CALLBACK], "client_name": "Claude", "x_extra": marker * 100, "logo_uri": marker}
+    )
     assert response.status_code == 201
     assert marker not in response.content.decode()
     application = Application.objects.get(client_id=response.json()["client_id"])
-    assert marker not in json.dumps({field.name: str(getattr(application, field.attname)) for field in Application._meta.concrete_fields})
+    assert marker not in json.dumps(
+        {field.name: str(getattr(application, field.attname)) for field in Application._meta.concrete_fields}
+    )
     (record,) = AuditRecord.objects.filter(event="oauth.client_registered")
     assert marker not in json.dumps(record.detail)
     assert record.detail is not None and record.detail["redirect_uris"] == [CALLBACK]

@@ -44,30 +44,50 @@ def test_claude_ai_registers_anonymously_with_client_secret_post(server: LiveSer
 
 
 def test_a_public_client_registers_with_auth_method_none(server: LiveServer) -> None:
-    response = post_registration(server, redirect_uris=["http://localhost:8976/callback"], token_endpoint_auth_method="none")
+    response = post_registration(
+        server, redirect_uris=["http://localhost:8976/callback"], token_endpoint_auth_method="none"
+    )
     assert response.status_code == 201
     assert "client_secret" not in response.json() and response.json()["token_endpoint_auth_method"] == "none"
 
 
 @pytest.mark.parametrize(
     "grant_types",
-    [["client_credentials"], ["password"], ["implicit"], ["authorization_code", "client_credentials"], ["refresh_token"],
-     ["urn:ietf:params:oauth:grant-type:device_code"]],
+    [
+        ["client_credentials"],
+        ["password"],
+        ["implicit"],
+        ["authorization_code", "client_credentials"],
+        ["refresh_token"],
+        ["urn:ietf:params:oauth:grant-type:device_code"],
+    ],
 )
-def test_grant_types_other_than_authorization_code_and_refresh_token_are_refused(server: LiveServer, grant_types: list[str]) -> None:
+def test_grant_types_other_than_authorization_code_and_refresh_token_are_refused(
+    server: LiveServer, grant_types: list[str]
+) -> None:
     response = post_registration(server, grant_types=grant_types)
     assert response.status_code == 400 and response.json()["error"] == "invalid_client_metadata"
 
 
 def test_a_client_credentials_token_cannot_be_had_even_by_asking_the_token_endpoint(server: LiveServer) -> None:
     client = register(server, CLAUDE_CALLBACKS[0])
-    response = httpx2.post(f"{server.url}/oauth/token/", data={"grant_type": "client_credentials", "scope": "mcp", **client.credentials()}, timeout=30)
+    response = httpx2.post(
+        f"{server.url}/oauth/token/",
+        data={"grant_type": "client_credentials", "scope": "mcp", **client.credentials()},
+        timeout=30,
+    )
     assert response.status_code == 400 and response.json()["error"] in {"unauthorized_client", "unsupported_grant_type"}
 
 
 @pytest.mark.parametrize(
     "uri",
-    ["http://app.example/cb", "ftp://app.example/cb", "https://user@app.example/cb", "https://app.example/cb#frag", "javascript:alert(1)"],
+    [
+        "http://app.example/cb",
+        "ftp://app.example/cb",
+        "https://user@app.example/cb",
+        "https://app.example/cb#frag",
+        "javascript:alert(1)",
+    ],
 )
 def test_redirect_uris_must_be_https_or_loopback(server: LiveServer, uri: str) -> None:
     response = post_registration(server, redirect_uris=[uri])
@@ -90,7 +110,9 @@ def test_a_registered_client_cannot_widen_its_grant_types_through_rfc_7592(serve
 
 def test_registrations_are_recorded_in_the_audit_log(server: LiveServer) -> None:
     client = register(server, CLAUDE_CALLBACKS[1], client_name="Audited client")
-    recorded = [e for e in audit_events(server, "oauth.client_registered") if e["detail"]["client_id"] == client.client_id]
+    recorded = [
+        e for e in audit_events(server, "oauth.client_registered") if e["detail"]["client_id"] == client.client_id
+    ]
     assert len(recorded) == 1
     assert recorded[0]["client_address"] == "127.0.0.1" and recorded[0]["detail"]["source"] == "dcr"
     assert "Audited client" in str(recorded[0]["detail"]["client"])
@@ -144,14 +166,19 @@ def test_a_client_id_metadata_document_on_a_private_address_is_never_fetched(ser
         page = admin.consent_page(authorize_url(server, Client(client_id, None, CLAUDE_CALLBACKS[0]), challenge))
         assert page.status_code == 400 and "location" not in page.headers
         assert listener.connections == 0
-        exists = shell(server, f"from oauth2_provider.models import Application; print(Application.objects.filter(client_id={client_id!r}).exists())")
+        exists = shell(
+            server,
+            f"from oauth2_provider.models import Application; print(Application.objects.filter(client_id={client_id!r}).exists())",
+        )
         assert exists.strip() == "False"
     finally:
         admin.close()
         listener.close()
 
 
-def test_nul_characters_in_registrations_and_token_requests_are_refused_alike_on_every_database(server: LiveServer) -> None:
+def test_nul_characters_in_registrations_and_token_requests_are_refused_alike_on_every_database(
+    server: LiveServer,
+) -> None:
     """PostgreSQL cannot store or even compare a NUL (a 500 there), SQLite would store it: both answer 400."""
     for metadata in ({"client_name": "a\x00b"}, {"redirect_uris": [CLAUDE_CALLBACKS[0] + "\x00"]}):
         refused = post_registration(server, **metadata)

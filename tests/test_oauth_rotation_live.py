@@ -39,8 +39,11 @@ def secret_on(page: str) -> str:
 
 
 def create_staff_user(server: LiveServer, username: str, password: str, superuser: bool = False) -> None:
-    shell(server, f"from django.contrib.auth import get_user_model; get_user_model().objects.create_user("
-                  f"{username!r}, password={password!r}, is_staff=True, is_superuser={superuser!r})")
+    shell(
+        server,
+        f"from django.contrib.auth import get_user_model; get_user_model().objects.create_user("
+        f"{username!r}, password={password!r}, is_staff=True, is_superuser={superuser!r})",
+    )
 
 
 async def long_call(client: Any, marker: str, results: dict[str, Any]) -> None:
@@ -56,8 +59,13 @@ async def test_rotating_in_the_admin_cuts_off_bearer_and_oauth_credentials_at_on
         tokens = obtain_tokens(server, admin, client)
         call_marker, background_marker = uuid.uuid4().hex, uuid.uuid4().hex
         results: dict[str, Any] = {}
-        async with mcp_client(server.mcp_url, bearer) as by_bearer, mcp_client(server.mcp_url, str(tokens["access_token"])) as by_oauth:
-            started = await by_oauth.call_tool("terminal_exec_background", {"command": f"sleep 300; echo {background_marker}"})
+        async with (
+            mcp_client(server.mcp_url, bearer) as by_bearer,
+            mcp_client(server.mcp_url, str(tokens["access_token"])) as by_oauth,
+        ):
+            started = await by_oauth.call_tool(
+                "terminal_exec_background", {"command": f"sleep 300; echo {background_marker}"}
+            )
             assert not started.is_error
             async with anyio.create_task_group() as group:
                 group.start_soon(long_call, by_bearer, call_marker, results)
@@ -97,25 +105,36 @@ async def test_rotating_in_the_admin_cuts_off_bearer_and_oauth_credentials_at_on
 
 
 @pytest.mark.anyio
-async def test_rotate_tokens_from_the_shell_cancels_calls_in_the_server_and_can_keep_bearer_tokens(tmp_path: Path) -> None:
+async def test_rotate_tokens_from_the_shell_cancels_calls_in_the_server_and_can_keep_bearer_tokens(
+    tmp_path: Path,
+) -> None:
     with running_server(tmp_path, SANDSTORM_REGISTRATION_RATE_LIMIT="0") as server:
         create_staff_user(server, "ops", "ops-password-123")
         admin = AdminSession(server)
         tokens = obtain_tokens(server, admin, register(server))
         opened = mcp_status(server, str(tokens["access_token"]))  # an MCP session, open before the rotation
-        session_headers = {**MCP_HEADERS, "Authorization": f"Bearer {tokens['access_token']}", "Mcp-Session-Id": opened.headers["mcp-session-id"]}
+        session_headers = {
+            **MCP_HEADERS,
+            "Authorization": f"Bearer {tokens['access_token']}",
+            "Mcp-Session-Id": opened.headers["mcp-session-id"],
+        }
         marker, results = uuid.uuid4().hex, dict[str, Any]()
         async with mcp_client(server.mcp_url, str(tokens["access_token"])) as by_oauth:
             async with anyio.create_task_group() as group:
                 group.start_soon(long_call, by_oauth, marker, results)
                 await apoll(lambda: live_pids_with(marker), DEADLINE, "the long call to start")
-                rotated = await anyio.to_thread.run_sync(lambda: server.manage("rotate_tokens", "--user", "ops", "--keep-bearer"))
+                rotated = await anyio.to_thread.run_sync(
+                    lambda: server.manage("rotate_tokens", "--user", "ops", "--keep-bearer")
+                )
         assert "cancelled" in text_of(results["call"]) and live_pids_with(marker) == []
 
         new_token = rotated.stdout.strip().splitlines()[-1]
         assert rotated.stdout.strip() == new_token, "the token alone, on the last line"
         assert "Rotated" in rotated.stderr
-        owner = shell(server, f"from oauth.models import BearerToken; print(BearerToken.objects.get(prefix={new_token[:8]!r}).user.username)")
+        owner = shell(
+            server,
+            f"from oauth.models import BearerToken; print(BearerToken.objects.get(prefix={new_token[:8]!r}).user.username)",
+        )
         assert owner.strip() == "ops"
         assert mcp_status(server, new_token).status_code == 200
         assert mcp_status(server, server.token).status_code == 200, "--keep-bearer"
@@ -138,7 +157,9 @@ def run_admin_action(admin: AdminSession, changelist: str, action: str, pk: int 
     page = admin.http.get(changelist)
     form = hidden_inputs(page.text, "changelist-form")
     data = {**form, "action": action, "_selected_action": str(pk), "index": "0"}
-    return admin.http.post(changelist, data=data, headers={"Referer": f"{admin.server.url}{changelist}"}, follow_redirects=True)
+    return admin.http.post(
+        changelist, data=data, headers={"Referer": f"{admin.server.url}{changelist}"}, follow_redirects=True
+    )
 
 
 def test_revoking_a_client_in_the_admin_cuts_off_its_tokens_and_is_audited(server: LiveServer) -> None:
@@ -146,7 +167,10 @@ def test_revoking_a_client_in_the_admin_cuts_off_its_tokens_and_is_audited(serve
     client = register(server, client_name="Revoke me")
     keep = register(server, client_name="Keep me")
     tokens, kept = obtain_tokens(server, admin, client), obtain_tokens(server, admin, keep)
-    pk = shell(server, f"from oauth2_provider.models import Application; print(Application.objects.get(client_id={client.client_id!r}).pk)").strip()
+    pk = shell(
+        server,
+        f"from oauth2_provider.models import Application; print(Application.objects.get(client_id={client.client_id!r}).pk)",
+    ).strip()
     answer = run_admin_action(admin, "/admin/oauth2_provider/application/", "revoke", pk)
     assert "Revoked the tokens of 1 client" in answer.text
     assert mcp_status(server, str(tokens["access_token"])).status_code == 401
@@ -161,7 +185,10 @@ def test_revoking_an_access_token_in_the_admin_revokes_its_refresh_token_too(ser
     admin = AdminSession(server)
     client = register(server)
     tokens = obtain_tokens(server, admin, client)
-    pk = shell(server, "from oauth2_provider.models import AccessToken; print(AccessToken.objects.filter(user__isnull=False).latest('id').pk)").strip()
+    pk = shell(
+        server,
+        "from oauth2_provider.models import AccessToken; print(AccessToken.objects.filter(user__isnull=False).latest('id').pk)",
+    ).strip()
     run_admin_action(admin, "/admin/oauth2_provider/accesstoken/", "revoke", pk)
     assert mcp_status(server, str(tokens["access_token"])).status_code == 401
     assert refresh(server, client, str(tokens["refresh_token"])).status_code == 400
@@ -184,10 +211,21 @@ def test_the_rotation_page_is_for_superusers_only_and_linked_from_the_admin_inde
 def test_an_oauth_client_list_never_shows_token_values(server: LiveServer) -> None:
     admin = AdminSession(server)
     tokens = obtain_tokens(server, admin, register(server))
-    for page in ("/admin/oauth2_provider/accesstoken/", "/admin/oauth2_provider/refreshtoken/", "/admin/oauth2_provider/application/"):
+    for page in (
+        "/admin/oauth2_provider/accesstoken/",
+        "/admin/oauth2_provider/refreshtoken/",
+        "/admin/oauth2_provider/application/",
+    ):
         text = admin.http.get(page).text
         assert str(tokens["access_token"]) not in text and str(tokens["refresh_token"]) not in text
-    stored = json.loads(shell(server, "import json; from oauth2_provider.models import AccessToken; "
-                                      "print(json.dumps([t.token for t in AccessToken.objects.all()]))").strip().splitlines()[-1])
+    stored = json.loads(
+        shell(
+            server,
+            "import json; from oauth2_provider.models import AccessToken; "
+            "print(json.dumps([t.token for t in AccessToken.objects.all()]))",
+        )
+        .strip()
+        .splitlines()[-1]
+    )
     assert set(stored) == {""}, "only checksums are stored"
     admin.close()

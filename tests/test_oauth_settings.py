@@ -74,7 +74,12 @@ def test_issuer_resource_and_lifetimes_come_from_the_environment_exactly(tmp_pat
         "p['OAUTH2_PROTECTED_RESOURCE_AUTHORIZATION_SERVERS'], p['ACCESS_TOKEN_EXPIRE_SECONDS']]))"
     )
     result = subprocess.run(
-        [sys.executable, "manage.py", "shell", "--no-imports", "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "manage.py", "shell", "--no-imports", "-c", code],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 0, result.stderr
     issuer, resource, servers, ttl = json.loads(result.stdout.strip().splitlines()[-1])
@@ -90,15 +95,28 @@ def test_the_default_access_token_lifetime_is_one_hour() -> None:
         assert settings.ACCESS_TOKEN_TTL == 3600
 
 
-@pytest.mark.parametrize("name", ["authorize", "token", "revoke-token", "dcr-register", "oauth-server-metadata", "oauth-resource-metadata"])
+@pytest.mark.parametrize(
+    "name", ["authorize", "token", "revoke-token", "dcr-register", "oauth-server-metadata", "oauth-resource-metadata"]
+)
 def test_the_endpoints_we_use_are_mounted(name: str) -> None:
     reverse(f"oauth2_provider:{name}")
 
 
 @pytest.mark.parametrize(
     "name",
-    ["introspect", "device-authorization", "device", "list", "register", "detail", "authorized-token-list",
-     "oidc-connect-discovery-info", "jwks-info", "user-info", "rp-initiated-logout"],
+    [
+        "introspect",
+        "device-authorization",
+        "device",
+        "list",
+        "register",
+        "detail",
+        "authorized-token-list",
+        "oidc-connect-discovery-info",
+        "jwks-info",
+        "user-info",
+        "rp-initiated-logout",
+    ],
 )
 def test_toolkit_endpoints_we_do_not_use_are_not_mounted(name: str) -> None:
     with pytest.raises(NoReverseMatch):
@@ -107,8 +125,13 @@ def test_toolkit_endpoints_we_do_not_use_are_not_mounted(name: str) -> None:
 
 @pytest.mark.parametrize(
     "uri",
-    ["https://claude.ai/api/mcp/auth_callback", "https://claude.com/api/mcp/auth_callback", "http://127.0.0.1:9/cb",
-     "http://localhost/callback", "http://[::1]:5000/cb"],
+    [
+        "https://claude.ai/api/mcp/auth_callback",
+        "https://claude.com/api/mcp/auth_callback",
+        "http://127.0.0.1:9/cb",
+        "http://localhost/callback",
+        "http://[::1]:5000/cb",
+    ],
 )
 def test_https_and_loopback_redirect_uris_are_allowed(uri: str) -> None:
     assert redirect_uri_refusal(uri) is None
@@ -116,8 +139,16 @@ def test_https_and_loopback_redirect_uris_are_allowed(uri: str) -> None:
 
 @pytest.mark.parametrize(
     "uri",
-    ["http://claude.ai/api/mcp/auth_callback", "http://127.0.0.2/cb", "http://localhost.evil.example/cb", "https://u:p@claude.ai/cb",
-     "https://claude.ai/cb#x", "custom-scheme://cb", "https:///nohost", "https://claude.ai:99999/cb"],
+    [
+        "http://claude.ai/api/mcp/auth_callback",
+        "http://127.0.0.2/cb",
+        "http://localhost.evil.example/cb",
+        "https://u:p@claude.ai/cb",
+        "https://claude.ai/cb#x",
+        "custom-scheme://cb",
+        "https:///nohost",
+        "https://claude.ai:99999/cb",
+    ],
 )
 def test_other_redirect_uris_are_refused(uri: str) -> None:
     assert redirect_uri_refusal(uri) is not None

@@ -51,7 +51,9 @@ def world_usable_python(workdir: Path) -> str:
     venv = workdir / "venv"
     subprocess.run([system_python, "-m", "venv", "--without-pip", str(venv)], check=True)
     site_packages = venv / "lib" / version / "site-packages"
-    (site_packages / "sandstorm-suite.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+    (site_packages / "sandstorm-suite.pth").write_text(
+        f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n"
+    )
     return str(venv / "bin" / "python")
 
 
@@ -91,7 +93,14 @@ class SeparatedServer(LiveServer):
         assert self.account is not None
         command = [self.python, "manage.py", *args]
         return subprocess.run(
-            command, cwd=REPO, env=self.env, capture_output=True, text=True, check=check, timeout=120, **as_user(self.account)
+            command,
+            cwd=REPO,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=120,
+            **as_user(self.account),
         )
 
     def start(self) -> None:
@@ -100,7 +109,12 @@ class SeparatedServer(LiveServer):
         assert bootstrap.returncode == 0, bootstrap.stdout + bootstrap.stderr
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            [self.python, "manage.py", "serve"], cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT, **as_user(self.account)
+            [self.python, "manage.py", "serve"],
+            cwd=REPO,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            **as_user(self.account),
         )
         poll(self.healthy, START_DEADLINE, what="the server's /health")
 
@@ -119,7 +133,9 @@ class Layout:
         Path(self.socket).unlink(missing_ok=True)  # a killed executor leaves its socket behind
         argv = [self.python, "-m", "mcpserver.executor", "--socket", self.socket, "--workspace", str(self.workspace)]
         argv += ["--allow-uid", self.server_user.pw_name]
-        self.executor = subprocess.Popen(argv, cwd=REPO, env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, **as_user(self.agent))
+        self.executor = subprocess.Popen(
+            argv, cwd=REPO, env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, **as_user(self.agent)
+        )
         poll(lambda: os.path.exists(self.socket), 30, what="the executor's socket")
 
     def stop_executor(self, sig: int = signal.SIGTERM) -> None:
@@ -206,7 +222,7 @@ async def test_tools_run_as_the_agent_user_with_its_home(layout: Layout) -> None
 async def test_the_agent_cannot_read_the_servers_secrets_database_or_environment(layout: Layout) -> None:
     for path in secret_paths(layout):
         assert os.path.exists(path), path
-        text, _ = await run(layout, f"cat {path} | head -c 100 | od -c | head -3; echo \"exit=${{PIPESTATUS[0]}}\"")
+        text, _ = await run(layout, f'cat {path} | head -c 100 | od -c | head -3; echo "exit=${{PIPESTATUS[0]}}"')
         assert "Permission denied" in text and "exit=1" in text, (path, text)
         text, failed = await read(layout, path)
         assert failed and "outside the allowed directory" in text, (path, text)
@@ -241,7 +257,7 @@ async def test_the_agent_cannot_rewrite_the_audit_log(layout: Layout) -> None:
 async def test_the_agent_cannot_talk_to_the_executor_or_signal_the_server(layout: Layout) -> None:
     probe = (  # noqa: UP031 - the probe's source has braces of its own, which format() would need doubled
         "import socket, struct; s = socket.socket(socket.AF_UNIX); s.connect(%r); "
-        "body = b'{\"op\":\"ping\",\"args\":{}}'; s.sendall(struct.pack('>I', len(body)) + body); "
+        'body = b\'{"op":"ping","args":{}}\'; s.sendall(struct.pack(\'>I\', len(body)) + body); '
         "print(s.recv(4096)[4:].decode())"
     ) % layout.socket
     text, _ = await run(layout, f"python3 -c {json.dumps(probe)}")
@@ -265,7 +281,9 @@ async def test_the_agent_works_in_its_workspace_and_owns_what_it_creates(layout:
         assert path.stat().st_uid == layout.agent.pw_uid, path
 
 
-async def test_a_background_process_survives_a_server_restart_and_terminal_kill_still_reaches_it(layout: Layout) -> None:
+async def test_a_background_process_survives_a_server_restart_and_terminal_kill_still_reaches_it(
+    layout: Layout,
+) -> None:
     marker = f"bg-{uuid.uuid4().hex}"
     async with mcp_client(layout.server.mcp_url, layout.server.token) as client:
         started = text_of(await client.call_tool("terminal_exec_background", {"command": f"sleep 300; : {marker}"}))
@@ -279,7 +297,9 @@ async def test_a_background_process_survives_a_server_restart_and_terminal_kill_
     poll(lambda: pid not in live_pids_with(marker), 15, what="the background process to end")
 
 
-async def test_revoke_token_on_the_shell_stops_the_tokens_background_processes_through_the_agents_executor(layout: Layout) -> None:
+async def test_revoke_token_on_the_shell_stops_the_tokens_background_processes_through_the_agents_executor(
+    layout: Layout,
+) -> None:
     """With the server down, so the command itself must reach the executor (another user's process) through its
     socket, as `sandstorm-manage` lets it."""
     name, marker, kept_marker = f"bg-{uuid.uuid4().hex[:8]}", f"revoked-{uuid.uuid4().hex}", f"kept-{uuid.uuid4().hex}"

@@ -72,13 +72,17 @@ async def start_background(server: LiveServer, token: str) -> int:
 def run_admin_action(admin: AdminSession, changelist: str, action: str, pk: int | str) -> str:
     page = admin.http.get(changelist)
     data = {**hidden_inputs(page.text, "changelist-form"), "action": action, "_selected_action": str(pk), "index": "0"}
-    answer = admin.http.post(changelist, data=data, headers={"Referer": f"{admin.server.url}{changelist}"}, follow_redirects=True)
+    answer = admin.http.post(
+        changelist, data=data, headers={"Referer": f"{admin.server.url}{changelist}"}, follow_redirects=True
+    )
     assert answer.status_code == 200
     return answer.text
 
 
 def token_pk(server: LiveServer, name: str) -> str:
-    return shell(server, f"from oauth.models import BearerToken; print(BearerToken.objects.get(name={name!r}).pk)").strip()
+    return shell(
+        server, f"from oauth.models import BearerToken; print(BearerToken.objects.get(name={name!r}).pk)"
+    ).strip()
 
 
 def stopped_pids(server: LiveServer) -> set[int]:
@@ -114,7 +118,9 @@ async def test_the_admins_revoke_action_stops_the_tokens_background_processes(
     assert event["detail"]["credentials"] == [f"bearer:{token_pk(server, name)}"]
 
 
-async def test_revoke_token_on_the_shell_stops_the_tokens_background_processes(server: LiveServer, token_b: tuple[str, int]) -> None:
+async def test_revoke_token_on_the_shell_stops_the_tokens_background_processes(
+    server: LiveServer, token_b: tuple[str, int]
+) -> None:
     name = f"a-{uuid.uuid4().hex[:8]}"
     token = server.create_token(name)
     pids = [await start_background(server, token), await start_background(server, token)]
@@ -123,7 +129,9 @@ async def test_revoke_token_on_the_shell_stops_the_tokens_background_processes(s
         await assert_stopped_and_audited(server, pid, kept=[token_b[1]])
 
 
-async def test_revoke_token_stops_them_itself_while_no_server_runs(server: LiveServer, token_b: tuple[str, int]) -> None:
+async def test_revoke_token_stops_them_itself_while_no_server_runs(
+    server: LiveServer, token_b: tuple[str, int]
+) -> None:
     """The command, in development, reaches the processes through an executor of its own (the same OS user)."""
     name = f"a-{uuid.uuid4().hex[:8]}"
     pid = await start_background(server, server.create_token(name))
@@ -144,8 +152,13 @@ async def test_revoking_an_oauth_client_stops_its_background_processes(
     tokens, kept = obtain_tokens(server, admin, client), obtain_tokens(server, admin, kept_client)
     pid = await start_background(server, str(tokens["access_token"]))
     kept_pid = await start_background(server, str(kept["access_token"]))
-    pk = shell(server, f"from oauth2_provider.models import Application; print(Application.objects.get(client_id={client.client_id!r}).pk)").strip()
-    assert "Revoked the tokens of 1 client" in run_admin_action(admin, "/admin/oauth2_provider/application/", "revoke", pk)
+    pk = shell(
+        server,
+        f"from oauth2_provider.models import Application; print(Application.objects.get(client_id={client.client_id!r}).pk)",
+    ).strip()
+    assert "Revoked the tokens of 1 client" in run_admin_action(
+        admin, "/admin/oauth2_provider/application/", "revoke", pk
+    )
     await assert_stopped_and_audited(server, pid, kept=[token_b[1], kept_pid])
 
 
@@ -193,6 +206,8 @@ async def test_a_revocation_in_another_server_process_stops_the_processes_this_o
         run_admin_action(other_admin, "/admin/oauth/bearertoken/", "revoke", token_pk(server, name))
         other_admin.close()
         await assert_stopped_and_audited(server, pid, kept=[token_b[1]])
-        assert len([e for e in audit_events(server, "credentials.background_stopped") if pid in e["detail"]["pids"]]) == 1
+        assert (
+            len([e for e in audit_events(server, "credentials.background_stopped") if pid in e["detail"]["pids"]]) == 1
+        )
     finally:
         replica.stop()

@@ -69,7 +69,9 @@ async def test_concurrent_calls_through_several_processes_keep_one_intact_chain(
     async def calls(server: LiveServer, token: str, client_no: int) -> None:
         async with mcp_client(server.mcp_url, token) as client:
             for call_no in range(CALLS_PER_CLIENT):
-                result = await client.call_tool("terminal_exec", {"command": f"echo {marker}-{server.port}-{client_no}-{call_no}"})
+                result = await client.call_tool(
+                    "terminal_exec", {"command": f"echo {marker}-{server.port}-{client_no}-{call_no}"}
+                )
                 if result.is_error:
                     failures.append(text_of(result))
 
@@ -103,7 +105,9 @@ async def test_concurrent_calls_through_several_processes_keep_one_intact_chain(
     assert f"OK: {len(chain)} records checked, chain intact" in verified.stdout
 
 
-async def test_a_background_process_started_through_one_process_is_stopped_through_another(servers: list[LiveServer]) -> None:
+async def test_a_background_process_started_through_one_process_is_stopped_through_another(
+    servers: list[LiveServer],
+) -> None:
     marker = uuid.uuid4().hex
     async with mcp_client(servers[0].mcp_url, servers[0].token) as first:
         started = await first.call_tool("terminal_exec_background", {"command": f"sleep 300; echo {marker}"})
@@ -129,7 +133,9 @@ async def test_a_token_revoked_on_the_shell_has_its_calls_cancelled_in_every_pro
 
     async def long_call(server: LiveServer) -> None:
         async with mcp_client(server.mcp_url, token) as client:
-            results[server.port] = await client.call_tool("terminal_exec", {"command": f"sleep 300; echo {marker}", "timeout": 290})
+            results[server.port] = await client.call_tool(
+                "terminal_exec", {"command": f"sleep 300; echo {marker}", "timeout": 290}
+            )
 
     async with anyio.create_task_group() as group:
         for server in servers:
@@ -140,7 +146,9 @@ async def test_a_token_revoked_on_the_shell_has_its_calls_cancelled_in_every_pro
     assert sorted(results) == sorted(server.port for server in servers)
     assert all(result.is_error and "cancelled" in text_of(result) for result in results.values()), results
     for server in servers:
-        answer = httpx2.post(server.mcp_url, json=INITIALIZE, headers={**MCP_HEADERS, **auth_headers(token)}, timeout=10)
+        answer = httpx2.post(
+            server.mcp_url, json=INITIALIZE, headers={**MCP_HEADERS, **auth_headers(token)}, timeout=10
+        )
         assert answer.status_code == 401
 
 
@@ -196,7 +204,11 @@ def caddy_in_front(servers: list[LiveServer], root: Path, policy: str) -> Iterat
         f"{{\n\tadmin off\n\tauto_https off\n}}\nhttp://127.0.0.1:{port} {{\n"
         f"\treverse_proxy {upstreams} {{\n\t\tlb_policy {policy}\n\t}}\n}}\n"
     )
-    caddy = subprocess.Popen(["caddy", "run", "--config", str(config), "--adapter", "caddyfile"], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    caddy = subprocess.Popen(
+        ["caddy", "run", "--config", str(config), "--adapter", "caddyfile"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
     try:
         url = f"http://127.0.0.1:{port}"
 
@@ -221,7 +233,9 @@ def sessions_lost(url: str, tokens: list[str]) -> int:
         opened = httpx2.post(f"{url}/mcp", json=INITIALIZE, headers=headers, timeout=10)
         headers["Mcp-Session-Id"] = opened.headers["mcp-session-id"]
         listing = [{"jsonrpc": "2.0", "id": number, "method": "tools/list"} for number in range(3)]
-        lost += any(httpx2.post(f"{url}/mcp", json=body, headers=headers, timeout=10).status_code != 200 for body in listing)
+        lost += any(
+            httpx2.post(f"{url}/mcp", json=body, headers=headers, timeout=10).status_code != 200 for body in listing
+        )
     return lost
 
 

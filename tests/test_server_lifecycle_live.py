@@ -18,7 +18,6 @@ from tests.live import INITIALIZE, MCP_HEADERS, auth_headers, make_server, mcp_c
 pytestmark = [pytest.mark.live]
 
 
-
 def test_bootstrap_prints_secrets_once_and_a_revoked_bootstrap_token_stays_revoked(tmp_path: Path) -> None:
     server = make_server(tmp_path, SANDSTORM_ADMIN_PASSWORD="")
     first = server.manage("bootstrap").stdout
@@ -43,7 +42,9 @@ def test_bootstrap_without_a_token_variable_prints_a_first_token_that_works(tmp_
     server.token = token
     server.start()
     try:
-        response = httpx2.post(server.mcp_url, json=INITIALIZE, headers={**MCP_HEADERS, **auth_headers(token)}, timeout=10)
+        response = httpx2.post(
+            server.mcp_url, json=INITIALIZE, headers={**MCP_HEADERS, **auth_headers(token)}, timeout=10
+        )
         assert response.status_code == 200
     finally:
         server.stop()
@@ -80,7 +81,11 @@ async def test_sigterm_shuts_down_cleanly_with_sessions_and_a_call_open(tmp_path
     assert "MCP session manager stopped" in log
     assert marker.exists()
     # The call's process group was killed with the session, not orphaned.
-    poll(lambda: not any(str(marker) in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])), 10, what="orphans to go")
+    poll(
+        lambda: not any(str(marker) in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])),
+        10,
+        what="orphans to go",
+    )
 
 
 @requires_postgres

@@ -86,7 +86,10 @@ async def test_a_session_without_a_request_beyond_the_handshake_is_closed_after_
     [
         (b'{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}', False),
         (b'{"jsonrpc": "2.0", "method": "notifications/initialized"}', False),
-        (b'[{"jsonrpc": "2.0", "method": "notifications/initialized"}, {"jsonrpc": "2.0", "id": 3, "method": "ping"}]', True),
+        (
+            b'[{"jsonrpc": "2.0", "method": "notifications/initialized"}, {"jsonrpc": "2.0", "id": 3, "method": "ping"}]',
+            True,
+        ),
         (b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {}}', True),
         (b"[" * 5000, False),
     ],

@@ -18,7 +18,9 @@ def run_manage(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedPr
     base = {k: v for k, v in os.environ.items() if not k.startswith("SANDSTORM_") and k != "DATABASE_URL"}
     base.update(SANDSTORM_STATE_DIR=str(tmp_path / "state"), SANDSTORM_WORKSPACE_ROOT=str(tmp_path / "ws"))
     base.update(env)
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=REPO, env=base, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=REPO, env=base, capture_output=True, text=True, timeout=60
+    )
 
 
 @pytest.mark.parametrize(
@@ -38,7 +40,9 @@ def run_manage(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedPr
         ("SANDSTORM_OUTPUT_MAX_BYTES", "-5", "SANDSTORM_OUTPUT_MAX_BYTES must be at least 0"),
     ],
 )
-def test_a_bad_value_stops_start_up_with_one_line_naming_the_variable(tmp_path: Path, variable: str, value: str, expected: str) -> None:
+def test_a_bad_value_stops_start_up_with_one_line_naming_the_variable(
+    tmp_path: Path, variable: str, value: str, expected: str
+) -> None:
     result = run_manage(tmp_path, "check", **{variable: value})
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
@@ -94,7 +98,11 @@ def test_database_url_selects_postgresql() -> None:
     config = _database_from_url("postgres://user:p%40ss@db.example:5433/sandstorm")
     assert config["ENGINE"] == "sandstorm_site.postgresql"
     assert (config["USER"], config["PASSWORD"], config["HOST"], config["PORT"], config["NAME"]) == (
-        "user", "p@ss", "db.example", "5433", "sandstorm"
+        "user",
+        "p@ss",
+        "db.example",
+        "5433",
+        "sandstorm",
     )
 
 
@@ -118,9 +126,14 @@ def test_the_database_url_switches_every_command_to_postgresql(tmp_path: Path) -
 
 @pytest.mark.parametrize(
     ("url", "expected"),
-    [("postgres://u:p@host:port/db", "DATABASE_URL has a bad port"), ("postgres://u:p@host/", "DATABASE_URL must name the database")],
+    [
+        ("postgres://u:p@host:port/db", "DATABASE_URL has a bad port"),
+        ("postgres://u:p@host/", "DATABASE_URL must name the database"),
+    ],
 )
-def test_a_bad_database_url_stops_start_up_with_one_line_that_keeps_the_password_out(tmp_path: Path, url: str, expected: str) -> None:
+def test_a_bad_database_url_stops_start_up_with_one_line_that_keeps_the_password_out(
+    tmp_path: Path, url: str, expected: str
+) -> None:
     result = run_manage(tmp_path, "check", DATABASE_URL=url)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [result.stderr.strip()] and expected in result.stderr

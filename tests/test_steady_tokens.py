@@ -70,18 +70,26 @@ def used_token(owner: Any, authenticate: Authenticate) -> UsedToken:
     return token, raw
 
 
-def test_a_token_used_a_moment_ago_is_accepted_without_the_lookup_thread(used_token: UsedToken, lookups: Lookups, authenticate: Authenticate) -> None:
+def test_a_token_used_a_moment_ago_is_accepted_without_the_lookup_thread(
+    used_token: UsedToken, lookups: Lookups, authenticate: Authenticate
+) -> None:
     token, raw = used_token
     principal = authenticate(raw, client_address="10.0.0.9", user_agent="agent/1")
     assert lookups.count == 0
     assert principal is not None
-    assert (principal.credential_kind, principal.credential_id, principal.credential_name) == ("bearer", token.pk, "laptop")
+    assert (principal.credential_kind, principal.credential_id, principal.credential_name) == (
+        "bearer",
+        token.pk,
+        "laptop",
+    )
     assert (principal.username, principal.scopes, principal.client_address, principal.user_agent) == (
         "agent-owner", frozenset({"mcp:read"}), "10.0.0.9", "agent/1"
     )  # fmt: skip
 
 
-def test_a_first_use_goes_to_the_lookup_that_records_it(owner: Any, lookups: Lookups, authenticate: Authenticate) -> None:
+def test_a_first_use_goes_to_the_lookup_that_records_it(
+    owner: Any, lookups: Lookups, authenticate: Authenticate
+) -> None:
     token, raw = issue_token(owner, "fresh")
     assert authenticate(raw) is not None
     assert lookups.count == 1
@@ -89,7 +97,9 @@ def test_a_first_use_goes_to_the_lookup_that_records_it(owner: Any, lookups: Loo
     assert token.last_used_at is not None
 
 
-def test_a_last_use_older_than_the_precision_goes_to_the_lookup_that_updates_it(used_token: UsedToken, lookups: Lookups, authenticate: Authenticate) -> None:
+def test_a_last_use_older_than_the_precision_goes_to_the_lookup_that_updates_it(
+    used_token: UsedToken, lookups: Lookups, authenticate: Authenticate
+) -> None:
     token, raw = used_token
     long_ago = timezone.now() - timedelta(minutes=5)
     BearerToken.objects.filter(pk=token.pk).update(last_used_at=long_ago)
@@ -102,21 +112,35 @@ def test_a_last_use_older_than_the_precision_goes_to_the_lookup_that_updates_it(
 @pytest.mark.parametrize(
     "change",
     [
-        pytest.param(lambda token: BearerToken.objects.filter(pk=token.pk).update(revoked_at=timezone.now()), id="revoked"),
-        pytest.param(lambda token: BearerToken.objects.filter(pk=token.pk).update(expires_at=timezone.now() - timedelta(seconds=1)), id="expired"),
-        pytest.param(lambda token: get_user_model().objects.filter(pk=token.user_id).update(is_active=False), id="owner-deactivated"),
+        pytest.param(
+            lambda token: BearerToken.objects.filter(pk=token.pk).update(revoked_at=timezone.now()), id="revoked"
+        ),
+        pytest.param(
+            lambda token: BearerToken.objects.filter(pk=token.pk).update(
+                expires_at=timezone.now() - timedelta(seconds=1)
+            ),
+            id="expired",
+        ),
+        pytest.param(
+            lambda token: get_user_model().objects.filter(pk=token.user_id).update(is_active=False),
+            id="owner-deactivated",
+        ),
         pytest.param(lambda token: BearerToken.objects.filter(pk=token.pk).update(scope="openid"), id="no-mcp-scope"),
         pytest.param(lambda token: BearerToken.objects.filter(pk=token.pk).delete(), id="deleted"),
     ],
 )
-def test_a_token_in_steady_use_is_refused_from_the_request_after_it_stops_being_valid(used_token: UsedToken, change: Callable[[BearerToken], Any], authenticate: Authenticate) -> None:
+def test_a_token_in_steady_use_is_refused_from_the_request_after_it_stops_being_valid(
+    used_token: UsedToken, change: Callable[[BearerToken], Any], authenticate: Authenticate
+) -> None:
     token, raw = used_token
     assert authenticate(raw) is not None  # in steady use: checked on the caller's thread
     change(token)
     assert authenticate(raw) is None
 
 
-def test_a_token_that_expires_later_is_still_accepted(used_token: UsedToken, lookups: Lookups, authenticate: Authenticate) -> None:
+def test_a_token_that_expires_later_is_still_accepted(
+    used_token: UsedToken, lookups: Lookups, authenticate: Authenticate
+) -> None:
     token, raw = used_token
     BearerToken.objects.filter(pk=token.pk).update(expires_at=timezone.now() + timedelta(hours=1))
     assert authenticate(raw) is not None
@@ -128,7 +152,9 @@ def test_an_unknown_token_is_left_to_the_lookup(lookups: Lookups, authenticate: 
     assert lookups.count == 1
 
 
-def test_a_write_lock_held_elsewhere_does_not_hold_the_check_up(used_token: UsedToken, lookups: Lookups, authenticate: Authenticate) -> None:
+def test_a_write_lock_held_elsewhere_does_not_hold_the_check_up(
+    used_token: UsedToken, lookups: Lookups, authenticate: Authenticate
+) -> None:
     _, raw = used_token
     with sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None) as other:
         other.execute("BEGIN IMMEDIATE")  # a writer (the audit log, the admin) in the middle of a transaction
@@ -152,7 +178,12 @@ AGREEMENT = [
     pytest.param(_set("expires_at", timedelta(hours=1)), True, True, id="expires-later"),
     pytest.param(_set("revoked_at", timedelta(0)), False, False, id="revoked"),
     pytest.param(_set("expires_at", -timedelta(seconds=1)), False, False, id="expired"),
-    pytest.param(lambda token: get_user_model().objects.filter(pk=token.user_id).update(is_active=False), False, False, id="owner-deactivated"),
+    pytest.param(
+        lambda token: get_user_model().objects.filter(pk=token.user_id).update(is_active=False),
+        False,
+        False,
+        id="owner-deactivated",
+    ),
     pytest.param(_set("last_used_at", -timedelta(minutes=5)), False, True, id="last-used-long-ago"),
     pytest.param(_set("last_used_at", None), False, True, id="never-used"),
 ]
@@ -160,7 +191,11 @@ AGREEMENT = [
 
 @pytest.mark.parametrize(("change", "shortcut_accepts", "valid"), AGREEMENT)
 def test_the_shortcut_accepts_only_tokens_the_authoritative_lookup_accepts(
-    used_token: UsedToken, authenticator: Authenticator, change: Callable[[BearerToken], Any], shortcut_accepts: bool, valid: bool
+    used_token: UsedToken,
+    authenticator: Authenticator,
+    change: Callable[[BearerToken], Any],
+    shortcut_accepts: bool,
+    valid: bool,
 ) -> None:
     token, raw = used_token
     change(token)
@@ -175,7 +210,13 @@ def test_the_shortcut_accepts_only_tokens_the_authoritative_lookup_accepts(
     assert (steady is not None) is shortcut_accepts
     if steady is not None:
         assert principal is not None
-        assert steady == (principal.credential_id, principal.credential_name, "mcp:read", principal.user_id, principal.username)
+        assert steady == (
+            principal.credential_id,
+            principal.credential_name,
+            "mcp:read",
+            principal.user_id,
+            principal.username,
+        )
 
 
 def test_built_without_the_shortcut_a_token_in_steady_use_goes_to_the_authoritative_lookup(

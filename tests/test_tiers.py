@@ -20,7 +20,9 @@ from tests import tiers
         ({"live"}, {"mcp_app"}, "live"),
     ],
 )
-def test_a_test_gets_its_marker_or_the_tier_its_fixtures_imply(markers: set[str], fixtures: set[str], tier: str) -> None:
+def test_a_test_gets_its_marker_or_the_tier_its_fixtures_imply(
+    markers: set[str], fixtures: set[str], tier: str
+) -> None:
     assert tiers.tier_of(markers, fixtures) == tier
 
 

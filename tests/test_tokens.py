@@ -107,9 +107,14 @@ def test_revoke_token_by_name(admin_user: Any, authenticate: Authenticate) -> No
     assert authenticate(raw) is None
 
 
-def test_an_oauth_token_is_held_to_the_resource_of_the_settings_in_force(admin_user: Any, authenticate: Authenticate, settings: Any) -> None:
+def test_an_oauth_token_is_held_to_the_resource_of_the_settings_in_force(
+    admin_user: Any, authenticate: Authenticate, settings: Any
+) -> None:
     application = Application.objects.create(
-        name="Claude", client_type="public", authorization_grant_type="authorization-code", redirect_uris="https://claude.ai/cb"
+        name="Claude",
+        client_type="public",
+        authorization_grant_type="authorization-code",
+        redirect_uris="https://claude.ai/cb",
     )
     token = AccessToken(application=application, user=admin_user, scope="mcp", resource=[settings.MCP_RESOURCE_URL],
                         expires=timezone.now() + timedelta(hours=1))  # fmt: skip

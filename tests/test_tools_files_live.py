@@ -29,8 +29,7 @@ async def call(client: Client, tool: str, **arguments: object) -> tuple[str, boo
 def snapshot(root: Path) -> dict[str, bytes | None]:
     """Every entry under `root`: a file's bytes, or None for a directory."""
     return {
-        str(path.relative_to(root)): None if path.is_dir() else path.read_bytes()
-        for path in sorted(root.rglob("*"))
+        str(path.relative_to(root)): None if path.is_dir() else path.read_bytes() for path in sorted(root.rglob("*"))
     }
 
 
@@ -127,9 +126,7 @@ async def test_file_list_of_a_missing_directory_is_an_error(tools_client: Client
     )
 
 
-async def test_file_move_renames_and_creates_the_destination_parent(
-    tools_client: Client, workspace_dir: Path
-) -> None:
+async def test_file_move_renames_and_creates_the_destination_parent(tools_client: Client, workspace_dir: Path) -> None:
     source, dest = workspace_dir / "from.txt", workspace_dir / "new" / "parent" / "to.txt"
     source.write_text("moving")
     assert await call(tools_client, "file_move", source=str(source), dest=str(dest)) == (
@@ -162,8 +159,10 @@ async def test_file_mkdir_over_a_file_is_an_error(tools_client: Client, workspac
 
 # --- a 10 MB file, read in pages -------------------------------------------------------------------------------------
 
-PAGE_NOTE = re.compile(r"\[(?:lines \d+-\d+ of \d+|file continues: lines (\d+)-\d+ \((\d+) bytes\) not shown);"
-                       r" call file_read with offset=(\d+) to read on\]$")
+PAGE_NOTE = re.compile(
+    r"\[(?:lines \d+-\d+ of \d+|file continues: lines (\d+)-\d+ \((\d+) bytes\) not shown);"
+    r" call file_read with offset=(\d+) to read on\]$"
+)
 
 
 async def test_a_10_mb_file_is_read_in_pages_that_join_up_exactly(tools_client: Client, workspace_dir: Path) -> None:

@@ -96,9 +96,7 @@ async def test_git_clone_of_a_branch_goes_into_a_directory_named_after_the_repos
     assert head_branch(git_env, live_server.workspace / name) == "stable"
 
 
-async def test_git_diff_shows_unstaged_changes_or_says_no_changes(
-    tools_client: Client, repo: Path
-) -> None:
+async def test_git_diff_shows_unstaged_changes_or_says_no_changes(tools_client: Client, repo: Path) -> None:
     assert await call(tools_client, "git_diff", path=str(repo)) == ("(no changes)", False)
     (repo / "README.md").write_text("seed\nmore\n")
     text, is_error = await call(tools_client, "git_diff", path=str(repo))

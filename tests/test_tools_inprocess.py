@@ -43,7 +43,9 @@ async def test_the_sdk_client_lists_the_20_tools_and_runs_terminal_exec(mcp_app:
     assert result.structured_content is not None and result.structured_content["exit_code"] == 0
 
 
-async def test_a_read_only_token_may_not_run_terminal_exec_and_the_refusal_is_recorded(mcp_app: InProcessServer) -> None:
+async def test_a_read_only_token_may_not_run_terminal_exec_and_the_refusal_is_recorded(
+    mcp_app: InProcessServer,
+) -> None:
     reader = await new_token("reader", scope="mcp:read")
     marker = uuid.uuid4().hex
     result = await mcp_app.call_tool(reader, "terminal_exec", {"command": f"touch {marker}"})
@@ -56,7 +58,9 @@ async def test_a_read_only_token_may_not_run_terminal_exec_and_the_refusal_is_re
     assert (started.credential_name, started.scope) == ("reader", "mcp:read")
 
 
-async def test_a_call_and_its_records_started_before_and_finished_after_with_its_principal(mcp_app: InProcessServer) -> None:
+async def test_a_call_and_its_records_started_before_and_finished_after_with_its_principal(
+    mcp_app: InProcessServer,
+) -> None:
     token = await new_token("recorded", username="alice")
     marker = uuid.uuid4().hex
     began = time.monotonic()
@@ -66,7 +70,12 @@ async def test_a_call_and_its_records_started_before_and_finished_after_with_its
     started, finished = await records_of_call(marker)
     assert started.id < finished.id and finished.started_id == started.id
     for record in (started, finished):
-        assert (record.tool, record.username, record.credential_kind, record.credential_name) == ("terminal_exec", "alice", "bearer", "recorded")
+        assert (record.tool, record.username, record.credential_kind, record.credential_name) == (
+            "terminal_exec",
+            "alice",
+            "bearer",
+            "recorded",
+        )
         assert (record.scope, record.client_address) == ("mcp", "127.0.0.1")
     assert started.arguments == {"command": f"echo {marker}; sleep 0.1; exit 3", "cwd": None, "timeout": None}
     assert (finished.outcome, finished.exit_code) == ("error", 3)
@@ -84,7 +93,9 @@ async def test_calls_beyond_the_concurrency_limit_are_refused_while_others_run(t
         second = f"echo second-{uuid.uuid4().hex}"
 
         async def slow() -> None:
-            results["slow"] = await server.call_tool(token, "terminal_exec", {"command": slow_command, "timeout": DEADLINE})
+            results["slow"] = await server.call_tool(
+                token, "terminal_exec", {"command": slow_command, "timeout": DEADLINE}
+            )
 
         async with anyio.create_task_group() as group:
             group.start_soon(slow)
@@ -94,7 +105,10 @@ async def test_calls_beyond_the_concurrency_limit_are_refused_while_others_run(t
         other = await server.call_tool(token, "terminal_exec", {"command": "echo after"})
     refused = results["second"]
     assert refused["isError"]
-    assert text_of(refused) == "Error: this credential already has 1 tool calls running (the limit); wait for one to finish"
+    assert (
+        text_of(refused)
+        == "Error: this credential already has 1 tool calls running (the limit); wait for one to finish"
+    )
     assert "done" in text_of(results["slow"]) and not results["slow"]["isError"]
     assert "after" in text_of(other)  # the place is free again once the slow call has finished
     denied = (await records_of_call(second))[-1]

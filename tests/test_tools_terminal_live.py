@@ -28,8 +28,6 @@ RESULT_CAP = 262144
 PROCESS_DEADLINE = 15.0  # SIGTERM, then SIGKILL after 2 s: well within this
 
 
-
-
 def end_group(pgid: int) -> None:
     """Clean-up for a process group this test had the server start, should the server have left it running."""
     try:
@@ -212,7 +210,9 @@ async def test_background_output_lands_in_its_log_and_terminal_kill_stops_the_wh
 async def test_terminal_exec_background_in_a_missing_directory_is_an_error(
     tools_client: Client, workspace_dir: Path
 ) -> None:
-    result = await tools_client.call_tool("terminal_exec_background", {"command": "true", "cwd": str(workspace_dir / "no")})
+    result = await tools_client.call_tool(
+        "terminal_exec_background", {"command": "true", "cwd": str(workspace_dir / "no")}
+    )
     assert result.is_error and text_of(result).startswith("Error: ")
     assert "Not a directory" in text_of(result) or "No such file or directory" in text_of(result)
 

@@ -19,7 +19,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 def latest_release() -> str:
     """The newest `## [x.y.z] - date` heading of CHANGELOG.md ([Unreleased] is not a release)."""
-    found = re.search(r"^## \[(\d+\.\d+\.\d+)\] - \d{4}-\d{2}-\d{2}$", (REPO / "CHANGELOG.md").read_text(), re.MULTILINE)
+    found = re.search(
+        r"^## \[(\d+\.\d+\.\d+)\] - \d{4}-\d{2}-\d{2}$", (REPO / "CHANGELOG.md").read_text(), re.MULTILINE
+    )
     assert found, "CHANGELOG.md has no release heading"
     return found.group(1)
 

@@ -58,7 +58,10 @@ def test_the_csv_download_spells_out_what_a_command_and_its_output_hid(admin_cli
     body = download(admin_client, EXPORT_CSV)
     assert no_raw_characters(body.replace("\r\n", "\n"))  # the CSV's own line ends are CRLF
     [row] = list(csv.DictReader(io.StringIO(body)))
-    assert row["command"] == "echo ⟪U+202E⟫exe.txt; printf '⟪U+001B⟫[2J⟪U+001B⟫]0;owned⟪U+0007⟫⟪U+000D⟫rm -rf / # looks harmless'"
+    assert (
+        row["command"]
+        == "echo ⟪U+202E⟫exe.txt; printf '⟪U+001B⟫[2J⟪U+001B⟫]0;owned⟪U+0007⟫⟪U+000D⟫rm -rf / # looks harmless'"
+    )
     assert row["result_excerpt"].endswith("⟪U+000D⟫rm -rf / # looks harmless\nsecond line")
     assert "⟪U+202E⟫exe.txt" in row["arguments"]
 

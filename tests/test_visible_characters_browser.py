@@ -59,7 +59,9 @@ def test_a_command_hiding_an_override_and_escapes_is_spelled_out_on_its_call_pag
     assert "⟪U+202E⟫exe.txt" in page.inner_text("#call-result")
 
 
-def test_a_client_name_with_an_override_is_spelled_out_on_the_consent_page(browser: Browser, oauth_server: LiveServer) -> None:
+def test_a_client_name_with_an_override_is_spelled_out_on_the_consent_page(
+    browser: Browser, oauth_server: LiveServer
+) -> None:
     client = register(oauth_server, "https://claude.ai/api/mcp/auth_callback", client_name=f"Claude{RLO}gnp.exe")
     context = browser.new_context()
     page = context.new_page()

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 TIERS = ("unit", "inprocess", "live")
 # Fixtures that make a test live (they start servers or a browser), and those that make it in-process.
-LIVE_FIXTURES = frozenset({"live_server", "oauth_server", "browser", "admin_page", "tool_token", "tools_client", "workspace_dir"})
+LIVE_FIXTURES = frozenset(
+    {"live_server", "oauth_server", "browser", "admin_page", "tool_token", "tools_client", "workspace_dir"}
+)
 INPROCESS_FIXTURES = frozenset({"mcp_app"})
 
 current: str | None = None  # the tier of the test being set up or run

@@ -1,13 +1,13 @@
 """The audit log: records written through one writer to a keyed hash chain, and the chain's verification.
 
-    records.py        Actor and the records (started, finished, event), built from plain data
-    write.py          event/aevent, call_started/acall_started, ...: a record built and committed
-    writer.py         the one writer: on the caller's thread or by its batch thread, built at start-up
-    caller_thread.py  SQLite: a record committed on the event loop's thread when nothing has to wait
-    append.py         the SQL of an append
-    encoding.py       the canonical form of a record and its keyed mac
-    chain.py          the chain head
-    verify.py         the walk that checks every record and the head
+records.py        Actor and the records (started, finished, event), built from plain data
+write.py          event/aevent, call_started/acall_started, ...: a record built and committed
+writer.py         the one writer: on the caller's thread or by its batch thread, built at start-up
+caller_thread.py  SQLite: a record committed on the event loop's thread when nothing has to wait
+append.py         the SQL of an append
+encoding.py       the canonical form of a record and its keyed mac
+chain.py          the chain head
+verify.py         the walk that checks every record and the head
 """
 
 from audit.log.chain import GENESIS_MAC, chain_head, lock_head

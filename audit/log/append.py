@@ -117,7 +117,9 @@ def append_all(records: Sequence[AuditRecord]) -> None:
     saved(records, connection.alias)
 
 
-def append_in(cursor: Any, records: Sequence[AuditRecord], statements: Statements, database: BaseDatabaseWrapper) -> None:
+def append_in(
+    cursor: Any, records: Sequence[AuditRecord], statements: Statements, database: BaseDatabaseWrapper
+) -> None:
     """The statements of an append of storable records, on `cursor`, in a transaction the caller holds and ends.
 
     Writers serialize on the ChainHead row, so the chain cannot fork. Holding the lock until commit also means

@@ -101,7 +101,9 @@ def finished_record(
     return record
 
 
-def event_record(event_name: str, actor: Actor | None = None, /, *, instance_id: str = "", **detail: Any) -> AuditRecord:
+def event_record(
+    event_name: str, actor: Actor | None = None, /, *, instance_id: str = "", **detail: Any
+) -> AuditRecord:
     record = _base(KIND_EVENT, actor, instance_id)
     record.event = event_name
     record.detail = detail or None

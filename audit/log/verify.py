@@ -83,7 +83,9 @@ def _head_problem(walk: _Walk, head_mac: str, head_id: int) -> VerifyResult:
         problem = "the chain head is missing, but records (or a prune checkpoint) exist"
         return VerifyResult(walk.checked, last, problem, walk.last_id)
     if head_id > last:
-        problem = f"the chain head names record {head_id}, but the chain ends at record {last} (the newest were deleted)"
+        problem = (
+            f"the chain head names record {head_id}, but the chain ends at record {last} (the newest were deleted)"
+        )
     elif head_id == last:
         problem = "the chain head's mac does not match this record (the head or the newest record was replaced)"
     else:

@@ -44,10 +44,14 @@ async def acall_finished(started: AuditRecord, outcome: str, **result: Any) -> A
     return await current().awrite(functools.partial(finished_record, started, outcome, **result), closes_call=True)
 
 
-async def acall_denied(actor: Actor, tool: str, arguments: dict[str, Any], reason: str, instance_id: str) -> AuditRecord:
+async def acall_denied(
+    actor: Actor, tool: str, arguments: dict[str, Any], reason: str, instance_id: str
+) -> AuditRecord:
     started = await acall_started(actor, tool, arguments, instance_id)
     return await acall_finished(started, OUTCOME_DENIED, result_text=reason, reason=reason, duration_ms=0)
 
 
-async def aevent(event_name: str, actor: Actor | None = None, /, *, instance_id: str = "", **detail: Any) -> AuditRecord:
+async def aevent(
+    event_name: str, actor: Actor | None = None, /, *, instance_id: str = "", **detail: Any
+) -> AuditRecord:
     return await current().awrite(functools.partial(event_record, event_name, actor, instance_id=instance_id, **detail))

@@ -4,22 +4,20 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('audit', '0001_audit_log'),
+        ("audit", "0001_audit_log"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='SecurityEvent',
-            fields=[
-            ],
+            name="SecurityEvent",
+            fields=[],
             options={
-                'verbose_name': 'security event',
-                'proxy': True,
-                'indexes': [],
-                'constraints': [],
+                "verbose_name": "security event",
+                "proxy": True,
+                "indexes": [],
+                "constraints": [],
             },
-            bases=('audit.auditrecord',),
+            bases=("audit.auditrecord",),
         ),
     ]

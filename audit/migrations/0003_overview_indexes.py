@@ -4,22 +4,21 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('audit', '0002_security_event_proxy'),
+        ("audit", "0002_security_event_proxy"),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='auditrecord',
-            index=models.Index(fields=['kind', 'created_at'], name='audit_kind_created'),
+            model_name="auditrecord",
+            index=models.Index(fields=["kind", "created_at"], name="audit_kind_created"),
         ),
         migrations.AddIndex(
-            model_name='auditrecord',
-            index=models.Index(fields=['kind', 'tool', 'created_at'], name='audit_kind_tool_created'),
+            model_name="auditrecord",
+            index=models.Index(fields=["kind", "tool", "created_at"], name="audit_kind_tool_created"),
         ),
         migrations.AddIndex(
-            model_name='auditrecord',
-            index=models.Index(fields=['outcome', 'created_at'], name='audit_outcome_created'),
+            model_name="auditrecord",
+            index=models.Index(fields=["outcome", "created_at"], name="audit_outcome_created"),
         ),
     ]

@@ -4,66 +4,81 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('audit', '0003_overview_indexes'),
+        ("audit", "0003_overview_indexes"),
     ]
 
     operations = [
         migrations.RemoveIndex(
-            model_name='auditrecord',
-            name='audit_tool_id',
+            model_name="auditrecord",
+            name="audit_tool_id",
         ),
         migrations.RemoveIndex(
-            model_name='auditrecord',
-            name='audit_credential_id',
+            model_name="auditrecord",
+            name="audit_credential_id",
         ),
         migrations.RemoveIndex(
-            model_name='auditrecord',
-            name='audit_user_id',
+            model_name="auditrecord",
+            name="audit_user_id",
         ),
         migrations.RemoveIndex(
-            model_name='auditrecord',
-            name='audit_outcome_id',
+            model_name="auditrecord",
+            name="audit_outcome_id",
         ),
         migrations.RemoveIndex(
-            model_name='auditrecord',
-            name='audit_session_id',
+            model_name="auditrecord",
+            name="audit_session_id",
         ),
         migrations.RemoveIndex(
-            model_name='auditrecord',
-            name='audit_event_id',
+            model_name="auditrecord",
+            name="audit_event_id",
         ),
         migrations.RemoveIndex(
-            model_name='auditrecord',
-            name='audit_kind_tool_created',
+            model_name="auditrecord",
+            name="audit_kind_tool_created",
         ),
         migrations.AddIndex(
-            model_name='auditrecord',
-            index=models.Index(condition=models.Q(('kind', 'call.started')), fields=['tool', '-id'], name='audit_tool_id'),
+            model_name="auditrecord",
+            index=models.Index(
+                condition=models.Q(("kind", "call.started")), fields=["tool", "-id"], name="audit_tool_id"
+            ),
         ),
         migrations.AddIndex(
-            model_name='auditrecord',
-            index=models.Index(condition=models.Q(('kind', 'call.started')), fields=['credential_kind', 'credential_id', '-id'], name='audit_credential_id'),
+            model_name="auditrecord",
+            index=models.Index(
+                condition=models.Q(("kind", "call.started")),
+                fields=["credential_kind", "credential_id", "-id"],
+                name="audit_credential_id",
+            ),
         ),
         migrations.AddIndex(
-            model_name='auditrecord',
-            index=models.Index(condition=models.Q(('kind', 'call.started')), fields=['username', '-id'], name='audit_user_id'),
+            model_name="auditrecord",
+            index=models.Index(
+                condition=models.Q(("kind", "call.started")), fields=["username", "-id"], name="audit_user_id"
+            ),
         ),
         migrations.AddIndex(
-            model_name='auditrecord',
-            index=models.Index(condition=models.Q(('kind', 'call.finished')), fields=['outcome', '-id'], name='audit_outcome_id'),
+            model_name="auditrecord",
+            index=models.Index(
+                condition=models.Q(("kind", "call.finished")), fields=["outcome", "-id"], name="audit_outcome_id"
+            ),
         ),
         migrations.AddIndex(
-            model_name='auditrecord',
-            index=models.Index(condition=models.Q(('kind', 'call.started')), fields=['session_id', '-id'], name='audit_session_id'),
+            model_name="auditrecord",
+            index=models.Index(
+                condition=models.Q(("kind", "call.started")), fields=["session_id", "-id"], name="audit_session_id"
+            ),
         ),
         migrations.AddIndex(
-            model_name='auditrecord',
-            index=models.Index(condition=models.Q(('kind', 'event')), fields=['event', '-id'], name='audit_event_id'),
+            model_name="auditrecord",
+            index=models.Index(condition=models.Q(("kind", "event")), fields=["event", "-id"], name="audit_event_id"),
         ),
         migrations.AddIndex(
-            model_name='auditrecord',
-            index=models.Index(condition=models.Q(('kind', 'call.started')), fields=['kind', 'tool', 'created_at'], name='audit_kind_tool_created'),
+            model_name="auditrecord",
+            index=models.Index(
+                condition=models.Q(("kind", "call.started")),
+                fields=["kind", "tool", "created_at"],
+                name="audit_kind_tool_created",
+            ),
         ),
     ]

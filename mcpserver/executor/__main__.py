@@ -52,7 +52,9 @@ def count_of(variable: str, smallest: int = 1) -> Callable[[str], int]:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m mcpserver.executor", description="Sandstorm's tool executor.")
     parser.add_argument(
-        "--socket", type=Path, help="the Unix socket to listen on (not needed when systemd passes one: socket activation)"
+        "--socket",
+        type=Path,
+        help="the Unix socket to listen on (not needed when systemd passes one: socket activation)",
     )
     parser.add_argument("--workspace", required=True, help="the workspace root tools are confined to")
     parser.add_argument("--allow-uid", type=uid_of, required=True, help="the server's uid or user name (the only peer)")

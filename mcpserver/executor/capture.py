@@ -114,7 +114,9 @@ class StreamCapture:
             self._spilled += granted
             if granted < len(part):
                 self.budget_full = True
-                self._file.write(f"\n[output file cut at {self._spilled} bytes: the saved-output budget is full]\n".encode())
+                self._file.write(
+                    f"\n[output file cut at {self._spilled} bytes: the saved-output budget is full]\n".encode()
+                )
             elif self._spilled >= SPILL_CAP:
                 self._file.write(f"\n[output file cut at {SPILL_CAP} bytes; the command printed more]\n".encode())
         except OSError:

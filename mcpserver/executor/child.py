@@ -63,7 +63,11 @@ class ExecutorChild:
                 return False
             if self._process is not None:
                 self.restarts += 1
-                logger.warning("the tool executor (pid %d) exited with %s; restarting it", self._process.pid, self._process.returncode)
+                logger.warning(
+                    "the tool executor (pid %d) exited with %s; restarting it",
+                    self._process.pid,
+                    self._process.returncode,
+                )
             self._listening = False
             if self._channel is not None:
                 self._channel.close()
@@ -84,7 +88,10 @@ class ExecutorChild:
 
     def _popen(self, argv: list[str], channel: int) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
-            argv, stdin=subprocess.PIPE, cwd=str(Path(__file__).resolve().parents[2]), env=self._child_env(),
+            argv,
+            stdin=subprocess.PIPE,
+            cwd=str(Path(__file__).resolve().parents[2]),
+            env=self._child_env(),
             pass_fds=(channel,),
         )
 

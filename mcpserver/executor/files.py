@@ -173,6 +173,7 @@ class FileOps:
         except OSError as exc:  # ENOTDIR says "Not a directory"
             raise os_failure(real, exc) from exc
 
+
 def _rename(src_dir: int, src_name: str, dest_dir: int, dest_name: str) -> None:
     """Rename a name in one open directory to a name in another; copy and remove across filesystems."""
     try:

@@ -186,7 +186,11 @@ class GitOps:
         return await self._git(repo.cwd, args, timeout, repo.env)
 
     async def _noted(
-        self, repo: Repository, args: Sequence[str], notes: Sequence[str], timeout: float = LOCAL_TIMEOUT,
+        self,
+        repo: Repository,
+        args: Sequence[str],
+        notes: Sequence[str],
+        timeout: float = LOCAL_TIMEOUT,
         default: str = "",
     ) -> str:
         """`_in`, with `notes` (what was turned off) after the output, or after the error text when git failed."""

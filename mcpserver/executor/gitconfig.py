@@ -185,7 +185,7 @@ def push_rewrite(url: str, entries: Iterable[ConfigEntry]) -> str | None:
     for entry in entries:
         match = PUSH_REWRITE.fullmatch(entry.key)
         if match and entry.value and url.startswith(entry.value) and (best is None or len(entry.value) > best[0]):
-            best = (len(entry.value), match.group(1) + url[len(entry.value):])
+            best = (len(entry.value), match.group(1) + url[len(entry.value) :])
     return None if best is None else best[1]
 
 
@@ -226,6 +226,6 @@ def command_argv(args: Sequence[str]) -> list[str]:
         if index > 0 and rest[index - 1] == "-c":
             continue
         if arg in DIFF_COMMANDS:
-            rest[index + 1:index + 1] = DIFF_FLAGS
+            rest[index + 1 : index + 1] = DIFF_FLAGS
         break
     return argv + rest

@@ -67,7 +67,7 @@ def _gitfile_target(gitfile: Path) -> Path | None:
         return None
     if not first.startswith(GITFILE_PREFIX):
         return None
-    return Path(os.path.realpath(gitfile.parent / first[len(GITFILE_PREFIX):].strip()))
+    return Path(os.path.realpath(gitfile.parent / first[len(GITFILE_PREFIX) :].strip()))
 
 
 def _usual_layout(directory: Path) -> Layout | None:

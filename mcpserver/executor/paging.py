@@ -136,8 +136,10 @@ def _page(f: BinaryIO, first: int, limit: int | None, max_bytes: int) -> str:
     shown, notes = [line.text for line in lines[:fitting]], []
     if not fitting:  # the first line alone is over the budget: show its beginning rather than nothing
         shown = [cut_to_json_size(lines[0].text, max_bytes - reserve)]
-        notes.append(f"[line {first} is {lines[0].size} bytes, over the budget: only its first "
-                     f"{len(shown[0].encode('utf-8'))} bytes are shown]")
+        notes.append(
+            f"[line {first} is {lines[0].size} bytes, over the budget: only its first "
+            f"{len(shown[0].encode('utf-8'))} bytes are shown]"
+        )
         fitting = 1
     f.seek(start + sum(line.size for line in lines[:fitting]))
     rest_lines, rest_bytes = _count_rest(f)
@@ -154,8 +156,10 @@ def _join(texts: list[str], notes: list[str]) -> str:
 
 
 def _continue_note(next_line: int, total: int, remaining: int) -> str:
-    return (f"[file continues: lines {next_line}-{total} ({remaining} bytes) not shown; "
-            f"call file_read with offset={next_line} to read on]")
+    return (
+        f"[file continues: lines {next_line}-{total} ({remaining} bytes) not shown; "
+        f"call file_read with offset={next_line} to read on]"
+    )
 
 
 def _page_note(first: int, last: int, total: int) -> str:

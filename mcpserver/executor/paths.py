@@ -106,7 +106,7 @@ class Workspace:
         text = str(real)
         if not text.startswith(self._prefix):  # only paths `resolve` gave come here
             raise self._outside(real)
-        return text[len(self._prefix):]
+        return text[len(self._prefix) :]
 
     def output_dir(self) -> Path:
         """`<root>/.sandstorm/output`, created with a .gitignore so `git add -A` never stages it."""

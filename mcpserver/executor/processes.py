@@ -40,6 +40,7 @@ _BACKGROUND_SCRIPT = (
 # Told the pid and start ticks of a command as soon as it runs (so its group can be ended if we die mid-call).
 SpawnListener = Callable[[int, int], None]
 
+
 def kill_group(pgid: int, signum: int) -> None:
     """Signal a process group we started; a group that is already gone is fine."""
     try:

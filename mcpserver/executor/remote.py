@@ -54,7 +54,9 @@ def _forwarder(op: str) -> Callable[..., Awaitable[Any]]:
     parameters = list(signature.parameters.values())[1:]  # after `self`
     names = tuple(parameter.name for parameter in parameters)
     required = frozenset(parameter.name for parameter in parameters if parameter.default is parameter.empty)
-    defaults = {parameter.name: parameter.default for parameter in parameters if parameter.default is not parameter.empty}
+    defaults = {
+        parameter.name: parameter.default for parameter in parameters if parameter.default is not parameter.empty
+    }
     allowed = frozenset(names)
     takes_listener = "listener" in names
 
@@ -200,7 +202,9 @@ class RemoteExecutor(Executor):
             except (ExecutorUnavailable, ExecutorLost, ExecutorFault):
                 await asyncio.sleep(1.0)
                 continue
-            logger.info("ended process group %d left by a lost executor: %s", pid, "killed" if ended else "already gone")
+            logger.info(
+                "ended process group %d left by a lost executor: %s", pid, "killed" if ended else "already gone"
+            )
             return
         logger.warning("could not end process group %d left by a lost executor", pid)
 

@@ -61,7 +61,9 @@ def _unlink(path: Path) -> bool:
 class SavedOutput:
     """Where command output is saved, and how much more may be: `grant` hands out bytes until the budget is used."""
 
-    def __init__(self, workspace: Workspace, max_bytes: int = DEFAULT_MAX_BYTES, max_age: float = MAX_AGE_SECONDS) -> None:
+    def __init__(
+        self, workspace: Workspace, max_bytes: int = DEFAULT_MAX_BYTES, max_age: float = MAX_AGE_SECONDS
+    ) -> None:
         self.workspace = workspace
         self.max_bytes = max_bytes  # 0: no budget
         self.max_age = max_age

@@ -162,7 +162,9 @@ class ExecutorService:
                 notice.cancel()  # the call is over: a notice not sent yet is not needed
 
     @staticmethod
-    def _run_listeners(writer: asyncio.StreamWriter, stream: bool, notices: list[asyncio.TimerHandle]) -> dict[str, Any]:
+    def _run_listeners(
+        writer: asyncio.StreamWriter, stream: bool, notices: list[asyncio.TimerHandle]
+    ) -> dict[str, Any]:
         async def listener(text: str) -> None:
             writer.write(wire.encode({"output": text}))
             await writer.drain()

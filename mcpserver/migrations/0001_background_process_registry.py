@@ -5,32 +5,30 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='BackgroundProcess',
+            name="BackgroundProcess",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('pid', models.IntegerField()),
-                ('pgid', models.IntegerField()),
-                ('start_ticks', models.BigIntegerField()),
-                ('command', models.TextField()),
-                ('cwd', models.TextField(blank=True)),
-                ('log_path', models.TextField()),
-                ('credential', models.CharField(help_text='kind:id of the credential that started it', max_length=64)),
-                ('username', models.CharField(max_length=150)),
-                ('instance_id', models.CharField(help_text='the server process that started it', max_length=32)),
-                ('started_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('signalled_at', models.DateTimeField(blank=True, null=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("pid", models.IntegerField()),
+                ("pgid", models.IntegerField()),
+                ("start_ticks", models.BigIntegerField()),
+                ("command", models.TextField()),
+                ("cwd", models.TextField(blank=True)),
+                ("log_path", models.TextField()),
+                ("credential", models.CharField(help_text="kind:id of the credential that started it", max_length=64)),
+                ("username", models.CharField(max_length=150)),
+                ("instance_id", models.CharField(help_text="the server process that started it", max_length=32)),
+                ("started_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("signalled_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                'ordering': ['-started_at'],
-                'indexes': [models.Index(fields=['pid', 'start_ticks'], name='bgproc_pid_ticks')],
+                "ordering": ["-started_at"],
+                "indexes": [models.Index(fields=["pid", "start_ticks"], name="bgproc_pid_ticks")],
             },
         ),
     ]

@@ -19,7 +19,9 @@ DEFAULT_LOG_COUNT = 10
 async def git_clone(
     call: ToolCall,
     repo_url: str,
-    path: Annotated[str | None, Field(description="Where to clone; default a folder named after the repository.")] = None,
+    path: Annotated[
+        str | None, Field(description="Where to clone; default a folder named after the repository.")
+    ] = None,
     branch: str | None = None,
 ) -> ToolResult:
     """Clone a git repository into the workspace (120 s limit)."""

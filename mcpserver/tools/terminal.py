@@ -42,7 +42,11 @@ def exec_result(result: ExecResult) -> ToolResult:
     if result.output_path:
         structured["output_path"] = result.output_path
     return ToolResult(
-        exec_text(result), result.exit_code != 0, structured, exit_code=result.exit_code, extra={"timed_out": result.timed_out}
+        exec_text(result),
+        result.exit_code != 0,
+        structured,
+        exit_code=result.exit_code,
+        extra={"timed_out": result.timed_out},
     )
 
 

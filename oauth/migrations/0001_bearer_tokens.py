@@ -7,7 +7,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -16,22 +15,45 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='BearerToken',
+            name="BearerToken",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(help_text="What this token is for, e.g. 'claude-code on laptop'.", max_length=100)),
-                ('scope', models.CharField(choices=[('mcp', 'mcp: every tool'), ('mcp:read', 'mcp:read: read-only tools')], default='mcp', max_length=20)),
-                ('token_hash', models.CharField(editable=False, max_length=64, unique=True)),
-                ('prefix', models.CharField(editable=False, help_text='The first characters, to recognise a token.', max_length=12)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now, editable=False)),
-                ('expires_at', models.DateTimeField(blank=True, help_text='Empty: never expires.', null=True)),
-                ('last_used_at', models.DateTimeField(blank=True, editable=False, null=True)),
-                ('revoked_at', models.DateTimeField(blank=True, editable=False, null=True)),
-                ('user', models.ForeignKey(help_text='Who the agent acts as.', on_delete=django.db.models.deletion.PROTECT, related_name='bearer_tokens', to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "name",
+                    models.CharField(help_text="What this token is for, e.g. 'claude-code on laptop'.", max_length=100),
+                ),
+                (
+                    "scope",
+                    models.CharField(
+                        choices=[("mcp", "mcp: every tool"), ("mcp:read", "mcp:read: read-only tools")],
+                        default="mcp",
+                        max_length=20,
+                    ),
+                ),
+                ("token_hash", models.CharField(editable=False, max_length=64, unique=True)),
+                (
+                    "prefix",
+                    models.CharField(
+                        editable=False, help_text="The first characters, to recognise a token.", max_length=12
+                    ),
+                ),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now, editable=False)),
+                ("expires_at", models.DateTimeField(blank=True, help_text="Empty: never expires.", null=True)),
+                ("last_used_at", models.DateTimeField(blank=True, editable=False, null=True)),
+                ("revoked_at", models.DateTimeField(blank=True, editable=False, null=True)),
+                (
+                    "user",
+                    models.ForeignKey(
+                        help_text="Who the agent acts as.",
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="bearer_tokens",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'bearer token',
-                'ordering': ['-created_at'],
+                "verbose_name": "bearer token",
+                "ordering": ["-created_at"],
             },
         ),
     ]

@@ -7,81 +7,112 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('oauth', '0001_bearer_tokens'),
+        ("oauth", "0001_bearer_tokens"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
         migrations.swappable_dependency(settings.OAUTH2_PROVIDER_APPLICATION_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Revocation',
+            name="Revocation",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('reason', models.CharField(max_length=16)),
-                ('keys', models.JSONField(default=list, help_text='principal keys whose running calls are cancelled')),
-                ('prefixes', models.JSONField(default=list, help_text="key prefixes revoked as a whole ('oauth:', 'bearer:')")),
-                ('stop_background', models.BooleanField(default=False)),
-                ('username', models.CharField(blank=True, help_text='who revoked', max_length=150)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("reason", models.CharField(max_length=16)),
+                ("keys", models.JSONField(default=list, help_text="principal keys whose running calls are cancelled")),
+                (
+                    "prefixes",
+                    models.JSONField(default=list, help_text="key prefixes revoked as a whole ('oauth:', 'bearer:')"),
+                ),
+                ("stop_background", models.BooleanField(default=False)),
+                ("username", models.CharField(blank=True, help_text="who revoked", max_length=150)),
             ],
             options={
-                'verbose_name': 'credential revocation',
-                'ordering': ['-id'],
+                "verbose_name": "credential revocation",
+                "ordering": ["-id"],
             },
         ),
         migrations.CreateModel(
-            name='CodeExchange',
+            name="CodeExchange",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('code_hash', models.CharField(max_length=64, unique=True)),
-                ('token_family', models.UUIDField(blank=True, null=True)),
-                ('access_token_id', models.BigIntegerField(blank=True, null=True)),
-                ('exchanged_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('replayed_at', models.DateTimeField(blank=True, null=True)),
-                ('application', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to=settings.OAUTH2_PROVIDER_APPLICATION_MODEL)),
-                ('user', models.ForeignKey(null=True, on_delete=django.db.models.deletion.CASCADE, related_name='+', to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("code_hash", models.CharField(max_length=64, unique=True)),
+                ("token_family", models.UUIDField(blank=True, null=True)),
+                ("access_token_id", models.BigIntegerField(blank=True, null=True)),
+                ("exchanged_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("replayed_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "application",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to=settings.OAUTH2_PROVIDER_APPLICATION_MODEL,
+                    ),
+                ),
+                (
+                    "user",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='LoginFailure',
+            name="LoginFailure",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('client_address', models.CharField(blank=True, max_length=64)),
-                ('username', models.CharField(blank=True, max_length=150)),
-                ('failed_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("client_address", models.CharField(blank=True, max_length=64)),
+                ("username", models.CharField(blank=True, max_length=150)),
+                ("failed_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
             options={
-                'indexes': [models.Index(fields=['client_address', 'failed_at'], name='oauth_loginfail_address'), models.Index(fields=['username', 'failed_at'], name='oauth_loginfail_username')],
+                "indexes": [
+                    models.Index(fields=["client_address", "failed_at"], name="oauth_loginfail_address"),
+                    models.Index(fields=["username", "failed_at"], name="oauth_loginfail_username"),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='CredentialRotation',
-            fields=[
-            ],
+            name="CredentialRotation",
+            fields=[],
             options={
-                'verbose_name': 'credential rotation',
-                'verbose_name_plural': 'Rotate all credentials',
-                'proxy': True,
-                'indexes': [],
-                'constraints': [],
+                "verbose_name": "credential rotation",
+                "verbose_name_plural": "Rotate all credentials",
+                "proxy": True,
+                "indexes": [],
+                "constraints": [],
             },
-            bases=('oauth.revocation',),
+            bases=("oauth.revocation",),
         ),
         migrations.CreateModel(
-            name='ClientRegistration',
+            name="ClientRegistration",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('source', models.CharField(choices=[('dcr', 'dynamic registration'), ('cimd', 'metadata document')], max_length=8)),
-                ('client_address', models.CharField(blank=True, max_length=64)),
-                ('user_agent', models.CharField(blank=True, max_length=300)),
-                ('registered_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('last_token_at', models.DateTimeField(blank=True, null=True)),
-                ('application', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='sandstorm_registration', to=settings.OAUTH2_PROVIDER_APPLICATION_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "source",
+                    models.CharField(
+                        choices=[("dcr", "dynamic registration"), ("cimd", "metadata document")], max_length=8
+                    ),
+                ),
+                ("client_address", models.CharField(blank=True, max_length=64)),
+                ("user_agent", models.CharField(blank=True, max_length=300)),
+                ("registered_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("last_token_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "application",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="sandstorm_registration",
+                        to=settings.OAUTH2_PROVIDER_APPLICATION_MODEL,
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['client_address', 'registered_at'], name='oauth_reg_address_time')],
+                "indexes": [models.Index(fields=["client_address", "registered_at"], name="oauth_reg_address_time")],
             },
         ),
     ]

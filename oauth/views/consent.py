@@ -33,7 +33,9 @@ from oauth.policy import resource_target_error
 from oauth.redirects import is_loopback, redirect_host
 
 RECENT_REGISTRATION = timedelta(minutes=10)
-CSP = "default-src 'none'; style-src 'self'; img-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+CSP = (
+    "default-src 'none'; style-src 'self'; img-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+)
 
 
 UNREPORTED_AGENT_USER = "the agent user (the tool executor has not reported yet)"
@@ -53,8 +55,10 @@ def scope_descriptions(scopes: list[str], user: str) -> list[str]:
             f"Read, change and delete any file in the workspace {workspace}, use git there and install packages.",
         ]
     if SCOPE_READ in scopes:
-        return [f"Read files, list directories and read git status, diffs and history in the workspace {workspace}, "
-                f"as {user} on this host ({host}). No commands and no changes."]
+        return [
+            f"Read files, list directories and read git status, diffs and history in the workspace {workspace}, "
+            f"as {user} on this host ({host}). No commands and no changes."
+        ]
     return []
 
 
@@ -77,7 +81,9 @@ class ConsentView(AuthorizationView):
     def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         user = request.user
         if user.is_authenticated and not (user.is_active and user.is_staff):
-            return self.error_page("access_denied", "Only staff users of this Sandstorm server can approve access.", 403)
+            return self.error_page(
+                "access_denied", "Only staff users of this Sandstorm server can approve access.", 403
+            )
         return super().dispatch(request, *args, **kwargs)
 
     def get(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
@@ -94,16 +100,22 @@ class ConsentView(AuthorizationView):
         state, redirect_uri = credentials.get("state"), credentials["redirect_uri"]
         if credentials.get("code_challenge_method") != "S256":
             description = "PKCE with code_challenge_method=S256 is required"
-            raise OAuthToolkitError(errors.InvalidRequestError(description=description, state=state), redirect_uri=redirect_uri)
+            raise OAuthToolkitError(
+                errors.InvalidRequestError(description=description, state=state), redirect_uri=redirect_uri
+            )
         target_error = resource_target_error(request.GET.getlist("resource"), state=state)
         if target_error is not None:
             raise OAuthToolkitError(target_error, redirect_uri=redirect_uri)
         return scopes, credentials
 
-    def create_authorization_response(self, request: HttpRequest, scopes: str, credentials: dict[str, Any], allow: bool) -> Any:
+    def create_authorization_response(
+        self, request: HttpRequest, scopes: str, credentials: dict[str, Any], allow: bool
+    ) -> Any:
         if request.method != "POST":
             # Only the consent form approves (the toolkit would also approve on GET for skip_authorization).
-            raise OAuthToolkitError(errors.ConsentRequired(state=credentials.get("state")), redirect_uri=credentials["redirect_uri"])
+            raise OAuthToolkitError(
+                errors.ConsentRequired(state=credentials.get("state")), redirect_uri=credentials["redirect_uri"]
+            )
         return super().create_authorization_response(request, scopes, credentials, allow)
 
     def get_initial(self) -> dict[str, Any]:

@@ -73,7 +73,9 @@ def metadata_refusal(data: dict[str, Any]) -> JsonResponse | None:
         return error("invalid_client_metadata", f"token_endpoint_auth_method must be one of {', '.join(AUTH_METHODS)}")
     name = data.get("client_name", "")
     if not isinstance(name, str) or len(name) > MAX_CLIENT_NAME_LENGTH:
-        return error("invalid_client_metadata", f"client_name must be a string of at most {MAX_CLIENT_NAME_LENGTH} characters")
+        return error(
+            "invalid_client_metadata", f"client_name must be a string of at most {MAX_CLIENT_NAME_LENGTH} characters"
+        )
     redirect_uris = _string_list(data, "redirect_uris", [])
     if not redirect_uris:
         return error("invalid_redirect_uri", "redirect_uris must be a non-empty array of strings")
@@ -81,7 +83,10 @@ def metadata_refusal(data: dict[str, Any]) -> JsonResponse | None:
         return error("invalid_redirect_uri", f"a client may register at most {MAX_REDIRECT_URIS} redirect URIs")
     for uri in redirect_uris:
         if len(uri) > MAX_REDIRECT_URI_LENGTH:
-            return error("invalid_redirect_uri", f"a redirect URI must be at most {MAX_REDIRECT_URI_LENGTH} characters: {uri[:200]}")
+            return error(
+                "invalid_redirect_uri",
+                f"a redirect URI must be at most {MAX_REDIRECT_URI_LENGTH} characters: {uri[:200]}",
+            )
         refusal = redirect_uri_refusal(uri)
         if refusal is not None:
             return error("invalid_redirect_uri", f"{refusal}: {uri[:200]}")
@@ -149,7 +154,9 @@ class RegistrationView(DynamicClientRegistrationView):
             return response
         return self.registered(request, data, json.loads(response.content), address)
 
-    def registered(self, request: HttpRequest, data: dict[str, Any], body: dict[str, Any], address: str) -> JsonResponse:
+    def registered(
+        self, request: HttpRequest, data: dict[str, Any], body: dict[str, Any], address: str
+    ) -> JsonResponse:
         application = Application.objects.get(client_id=body["client_id"])
         agent = request.META.get("HTTP_USER_AGENT", "")[:300]
         ClientRegistration.objects.create(

@@ -76,8 +76,12 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--format", required=True, choices=sorted(FORMATS), help="jsonl or csv")
         parser.add_argument("--since", metavar="YYYY-MM-DD", help="calls started on or after this day (UTC)")
-        parser.add_argument("--until", metavar="YYYY-MM-DD", help="calls started on or before this day (UTC), inclusive")
-        parser.add_argument("--output", metavar="PATH", help="write this file (replaced if it exists) instead of stdout")
+        parser.add_argument(
+            "--until", metavar="YYYY-MM-DD", help="calls started on or before this day (UTC), inclusive"
+        )
+        parser.add_argument(
+            "--output", metavar="PATH", help="write this file (replaced if it exists) instead of stdout"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         since = parse_day(options["since"], "--since") if options["since"] else None

@@ -92,10 +92,14 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--before", required=True, metavar="YYYY-MM-DD", help="remove records created before this day")
+        parser.add_argument(
+            "--before", required=True, metavar="YYYY-MM-DD", help="remove records created before this day"
+        )
         parser.add_argument("--yes", action="store_true", help="really remove them (default: a dry run)")
         parser.add_argument(
-            "--allow-broken", action="store_true", help="prune even if the chain does not verify (the evidence goes too)"
+            "--allow-broken",
+            action="store_true",
+            help="prune even if the chain does not verify (the evidence goes too)",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -153,5 +157,7 @@ class Command(BaseCommand):
         else:
             message = f"the audit chain does not verify (record {result.first_bad_id}: {result.problem})"
         if not allow_broken:
-            raise CommandError(f"{message}; nothing was removed. Keep a copy, then pass --allow-broken to prune anyway.")
+            raise CommandError(
+                f"{message}; nothing was removed. Keep a copy, then pass --allow-broken to prune anyway."
+            )
         self.stderr.write(f"Warning: {message}; pruning anyway (--allow-broken).")

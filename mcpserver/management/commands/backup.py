@@ -51,7 +51,7 @@ def sqlite_database(database: Mapping[str, Any] | None = None) -> Path:
     if config["ENGINE"] != "django.db.backends.sqlite3":
         raise CommandError(
             "backup supports the SQLite database only; for PostgreSQL (DATABASE_URL) use pg_dump, "
-            "e.g. pg_dump --format=custom --file=sandstorm.dump \"$DATABASE_URL\""
+            'e.g. pg_dump --format=custom --file=sandstorm.dump "$DATABASE_URL"'
         )
     path = Path(config["NAME"])
     if not path.exists():

@@ -72,7 +72,9 @@ class Command(BaseCommand):
         write(f"  Workspace:  {settings.WORKSPACE_ROOT}")
         if not settings.EXECUTOR_SOCKET:
             user = pwd.getpwuid(os.getuid()).pw_name
-            write(f"  Tools run:  as '{user}', the server's own OS user: agents can read its keys (README, Security model)")
+            write(
+                f"  Tools run:  as '{user}', the server's own OS user: agents can read its keys (README, Security model)"
+            )
         shown = token or ("$SANDSTORM_MCP_TOKEN" if settings.MCP_BOOTSTRAP_TOKEN else "<your token>")
         if token:
             write(f"  Token:      {token}   <- shown once; only its hash is stored")
@@ -80,5 +82,7 @@ class Command(BaseCommand):
             write("  Token:      the one printed on first run, or a new one: manage.py create_token NAME")
         write("")
         write("Connect Claude Code:")
-        write(f'  claude mcp add --transport http sandstorm {settings.MCP_RESOURCE_URL} --header "Authorization: Bearer {shown}"')
+        write(
+            f'  claude mcp add --transport http sandstorm {settings.MCP_RESOURCE_URL} --header "Authorization: Bearer {shown}"'
+        )
         write("")

@@ -23,7 +23,10 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument(
-            "--max-bytes", type=int, default=None, help="leave at most this many bytes (default: the budget); 0 empties it"
+            "--max-bytes",
+            type=int,
+            default=None,
+            help="leave at most this many bytes (default: the budget); 0 empties it",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:

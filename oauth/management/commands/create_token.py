@@ -27,6 +27,8 @@ class Command(BaseCommand):
             raise CommandError("--expires-days must be at least 1")
         token, raw = issue_token(user, options["name"], scope=options["scope"], expires_days=days, by=shell_actor())
         expiry = f", expires {token.expires_at:%Y-%m-%d %H:%M} UTC" if token.expires_at else ""
-        self.stderr.write(f"Created token {token.name!r} ({token.prefix}…) for {user.get_username()}, scope {token.scope}{expiry}.")
+        self.stderr.write(
+            f"Created token {token.name!r} ({token.prefix}…) for {user.get_username()}, scope {token.scope}{expiry}."
+        )
         self.stderr.write("It is shown once; only its hash is stored.")
         self.stdout.write(raw)

@@ -22,6 +22,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         with transaction.atomic():
-            removed = prune_unused_clients(timedelta(days=max(options["days"], 0)), shell_actor(), dry_run=options["dry_run"])
+            removed = prune_unused_clients(
+                timedelta(days=max(options["days"], 0)), shell_actor(), dry_run=options["dry_run"]
+            )
         verb = "Would remove" if options["dry_run"] else "Removed"
         self.stdout.write(f"{verb} {len(removed)} unused client(s){': ' if removed else '.'}{', '.join(removed)}")
