@@ -67,7 +67,10 @@ def test_large_results_are_capped_and_measured(quick_run: tuple[dict[str, Any], 
         assert case["mb_per_s"] > 0, name
         assert 0 < case["result_bytes"] < case["payload_bytes"], name  # the server caps what it sends
         if Path("/proc/self/clear_refs").exists():
-            assert case["peak_growth_mb"] is not None and case["peak_growth_mb"] >= 0, name
+            # Streamed, not held: the server's memory grows by far less than the payload it reads or prints.
+            assert case["peak_growth_mb"] is not None and 0 <= case["peak_growth_mb"] < case["payload_bytes"] / 2**20, (
+                name
+            )
 
 
 def test_concurrent_clients_leave_two_audit_records_per_call_and_an_intact_chain(
@@ -89,7 +92,9 @@ def test_the_admin_pages_and_audit_verify_ran_on_the_seeded_records(quick_run: t
     for name in ("list_filtered", "list_last_7_days", "list_search", "list_search_no_match", "list_search_all_no_match",
                  "list_older_page", "overview"):  # fmt: skip
         assert positive(admin["pages"][name]), name
-    assert admin["verify"]["ok"] and admin["verify"]["records_checked"] >= 10_000 and admin["verify"]["verify_s"] >= 0
+    assert (
+        admin["verify"]["ok"] and admin["verify"]["records_checked"] >= 10_000 and 0 < admin["verify"]["verify_s"] < 60
+    )
 
 
 def test_the_table_marks_each_target(quick_run: tuple[dict[str, Any], str]) -> None:
