@@ -27,8 +27,15 @@ from tests.live import REPO, LiveServer, make_server, poll
 
 CACHE_VERSION = "2"
 START_DEADLINE = 90.0  # seconds for /health to answer: a loaded machine (a test run beside the bench) is slow
-# Limits that would otherwise measure themselves: no rate limit, more call slots than the load uses.
-SERVER_SETTINGS = {"SANDSTORM_RATE_LIMIT": "0", "SANDSTORM_MAX_CONCURRENT_CALLS": "200", "SANDSTORM_LOG_FORMAT": "json"}
+# Limits that would otherwise measure themselves: no rate limit, more call slots and sessions than the load's 50
+# clients (all on one token) use.
+SERVER_SETTINGS = {
+    "SANDSTORM_RATE_LIMIT": "0",
+    "SANDSTORM_MAX_CONCURRENT_CALLS": "200",
+    "SANDSTORM_MAX_SESSIONS_PER_CREDENTIAL": "200",
+    "SANDSTORM_MAX_SESSIONS_PER_USER": "400",
+    "SANDSTORM_LOG_FORMAT": "json",
+}
 SEEDER = Path("bench") / "seed.py"
 # Where trees from before bench/seed.py kept the seeder: a management command.
 OLD_SEED_COMMAND = Path("audit") / "management" / "commands" / "audit_seed.py"
