@@ -1,5 +1,6 @@
 """A SQLite connection of a module's own, beside Django's, for the few reads and writes done on the event loop's
-thread (audit.log.caller_thread, oauth.steady_tokens). Django refuses its own connections there, and they would wait for a lock.
+thread (audit.log.caller_thread, oauth.steady_tokens). Django refuses its own connections there, and they would
+wait for a lock.
 
 The connection never waits: its busy timeout is 0, so a lock held by another connection is an immediate
 `sqlite3.OperationalError`, and the caller falls back to a thread that may wait. It is in autocommit mode (the
