@@ -223,6 +223,30 @@ async def apoll(check: Callable[[], T | None], deadline: float, what: str) -> T:
         await anyio.sleep(0.05)
 
 
+@contextlib.asynccontextmanager
+async def command_the_server_tracks(client: Client, marker: str) -> AsyncIterator[list[CallToolResult]]:
+    """Run `sleep 60; : marker` through `terminal_exec` and yield once the server knows its pid; the call's result
+    is in the yielded list after the block (the block is expected to end the call, e.g. by killing the executor).
+
+    The command prints a line first and the call asks for progress: the executor sends a command's spawn notice
+    before its first output, so once that output has reached the client the server has read the notice."""
+    results: list[CallToolResult] = []
+    printed = anyio.Event()
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        printed.set()
+
+    async def run() -> None:
+        command = f"echo running; sleep 60; : {marker}"
+        results.append(await client.call_tool("terminal_exec", {"command": command}, progress_callback=on_progress))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run)
+        with anyio.fail_after(30):
+            await printed.wait()
+        yield results
+
+
 def live_pids_with(marker: str) -> list[int]:
     """Processes (not zombies) whose command line mentions `marker`."""
     found = []

@@ -9,14 +9,20 @@ import sys
 import uuid
 from pathlib import Path
 
-import anyio
 import httpx2
 import psutil
 import pytest
-from mcp_types import CallToolResult
 
-from mcpserver.executor.service import SPAWN_NOTICE_DELAY
-from tests.live import LiveServer, apoll, live_pids_with, make_server, mcp_client, poll, text_of
+from tests.live import (
+    LiveServer,
+    apoll,
+    command_the_server_tracks,
+    live_pids_with,
+    make_server,
+    mcp_client,
+    poll,
+    text_of,
+)
 
 pytestmark = [pytest.mark.live, pytest.mark.anyio]
 
@@ -130,15 +136,7 @@ async def test_killing_the_executor_mid_call_records_interrupted_and_the_next_ca
     try:
         marker = f"lost-{uuid.uuid4().hex}"
         async with mcp_client(server.mcp_url, server.token) as client:
-            async with anyio.create_task_group() as group:
-                results: list[CallToolResult] = []
-
-                async def run() -> None:
-                    results.append(await client.call_tool("terminal_exec", {"command": f"sleep 60; : {marker}"}))
-
-                group.start_soon(run)
-                await apoll(lambda: live_pids_with(marker), 15, "the command")
-                await anyio.sleep(SPAWN_NOTICE_DELAY * 4)  # running for a while: the server knows its pid
+            async with command_the_server_tracks(client, marker) as results:
                 first = executor_pid(server)
                 psutil.Process(first).kill()
             result = results[0]

@@ -248,6 +248,28 @@ def notice_of_spawn(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
     return noticed
 
 
+async def test_a_commands_spawn_notice_comes_before_its_first_output(
+    child: ExecutorChild, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    frames: list[str] = []
+    read_frame = wire.read_frame
+
+    async def reading(reader: asyncio.StreamReader, early: bytes = b"") -> dict[str, Any] | None:
+        frame = await read_frame(reader, early)
+        if frame is not None:
+            frames.append(next(iter(frame)))
+        return frame
+
+    async def listener(text: str) -> None:
+        pass
+
+    monkeypatch.setattr(wire, "read_frame", reading)
+    # Output at once, long before the notice's delay: the notice is sent first all the same.
+    result = await remote(child).run_command("echo at once; sleep 0.5", None, 30, 65536, listener)
+    assert result.stdout == "at once\n"
+    assert frames[:2] == ["spawned", "output"], frames
+
+
 async def test_an_executor_killed_mid_call_interrupts_the_call_and_the_next_call_works(
     child: ExecutorChild, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -22,14 +22,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
 
-import anyio
 import httpx2
 import pytest
-from mcp_types import CallToolResult
 
-from mcpserver.executor.service import SPAWN_NOTICE_DELAY
 from tests.database import ON_POSTGRES
-from tests.live import REPO, START_DEADLINE, LiveServer, apoll, live_pids_with, make_server, mcp_client, poll, text_of
+from tests.live import (
+    REPO,
+    START_DEADLINE,
+    LiveServer,
+    command_the_server_tracks,
+    live_pids_with,
+    make_server,
+    mcp_client,
+    poll,
+    text_of,
+)
 
 pytestmark = [
     pytest.mark.live,
@@ -325,15 +332,7 @@ async def test_revoke_token_on_the_shell_stops_the_tokens_background_processes_t
 async def test_a_dead_executor_fails_calls_clearly_and_health_says_so_until_it_is_back(layout: Layout) -> None:
     marker = f"lost-{uuid.uuid4().hex}"
     async with mcp_client(layout.server.mcp_url, layout.server.token) as client:
-        results: list[CallToolResult] = []
-        async with anyio.create_task_group() as group:
-
-            async def call() -> None:
-                results.append(await client.call_tool("terminal_exec", {"command": f"sleep 60; : {marker}"}))
-
-            group.start_soon(call)
-            await apoll(lambda: live_pids_with(marker), 15, "the command")
-            await anyio.sleep(SPAWN_NOTICE_DELAY * 4)  # running for a while: the server knows its pid
+        async with command_the_server_tracks(client, marker) as results:
             layout.stop_executor(signal.SIGKILL)
         assert "tool executor stopped during this call" in text_of(results[0])
         refused = await client.call_tool("file_list", {"path": "."})

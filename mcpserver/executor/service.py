@@ -165,15 +165,23 @@ class ExecutorService:
     def _run_listeners(
         writer: asyncio.StreamWriter, stream: bool, notices: list[asyncio.TimerHandle]
     ) -> dict[str, Any]:
+        unsent: list[bytes] = []  # the spawn notice, until it is sent
+
+        def send_notice() -> None:
+            if unsent:
+                writer.write(unsent.pop())
+
         async def listener(text: str) -> None:
+            send_notice()  # before any output: a server that has seen output knows the command's pid
             writer.write(wire.encode({"output": text}))
             await writer.drain()
 
         def on_spawn(pid: int, start_ticks: int) -> None:
-            # Sent only if the command is still running a moment later: most commands end sooner, and a frame
-            # less is a wake-up less for the server (the notice matters only if we die while it runs).
-            frame = wire.encode({"spawned": {"pid": pid, "start_ticks": start_ticks}})
-            notices.append(asyncio.get_running_loop().call_later(SPAWN_NOTICE_DELAY, writer.write, frame))
+            # Sent only if the command is still running a moment later (or has output before then): most commands
+            # end sooner, and a frame less is a wake-up less for the server (the notice matters only if we die
+            # while it runs).
+            unsent.append(wire.encode({"spawned": {"pid": pid, "start_ticks": start_ticks}}))
+            notices.append(asyncio.get_running_loop().call_later(SPAWN_NOTICE_DELAY, send_notice))
 
         return {"listener": listener if stream else None, "on_spawn": on_spawn}
 
