@@ -95,7 +95,7 @@ SECURE_REFERRER_POLICY = "same-origin"
 # --- Django ------------------------------------------------------------------------------------------------------
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    "sandstorm_site.apps.SandstormAdminConfig",  # django.contrib.admin with our site class
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

@@ -3,12 +3,6 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 from mcpserver.health import health
-from oauth.throttle import ThrottledLoginForm
-
-admin.site.site_header = "Sandstorm"
-admin.site.site_title = "Sandstorm admin"
-admin.site.index_title = "Tokens, clients and audit"
-admin.site.login_form = ThrottledLoginForm  # the consent page signs in here too
 
 urlpatterns = [
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
