@@ -1,26 +1,25 @@
-"""Calls as export rows: the filtered queryset (one set of query parameters, shared by the admin's changelist, its
-CSV and JSON Lines exports and the `audit_export` command), one dict per call, and its CSV and JSON Lines forms."""
+"""Calls as export rows: the filtered queryset (the filters of audit.filters and the search, shared by the admin's
+changelist, its CSV and JSON Lines exports and the `audit_export` command), one dict per call, and its CSV and JSON
+Lines forms."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from datetime import datetime, time
+from collections.abc import AsyncIterator, Iterator, Mapping
+from datetime import datetime
 from typing import Any
 
-from django.db.models import Q, QuerySet, TextField, Transform
+from django.db.models import Q, QuerySet, TextField
 from django.db.models.functions import Cast
-from django.utils import timezone
-from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.text import smart_split, unescape_string_literal
 
-from audit.models import KIND_FINISHED, KIND_STARTED, OUTCOMES, REDACTED_KEY, AuditRecord
+from audit.filters import OUTCOME_RUNNING, SEARCH_PARAM, Params, apply_filters, param_lists
+from audit.models import KIND_STARTED, REDACTED_KEY, AuditRecord
 from audit.visible import escape_json_text, make_visible
 
 EXPORT_CHUNK_SIZE = 2000
-OUTCOME_RUNNING = "running"  # a started record with no finished record (yet)
 
 # `command` is not a key of the row: it is the command of a terminal tool's arguments, a column of its own so that a
 # spreadsheet can sort and filter on it (the full arguments are in `arguments`, as JSON).
@@ -33,15 +32,6 @@ CSV_FIELDS = (
 )  # fmt: skip
 # A spreadsheet runs a cell that starts with one of these as a formula (tab and CR are stripped before it looks).
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r", "\n")
-
-SEARCH_PARAM = "q"
-# The changelist's own parameters (page, ordering, error flag, show all, facets, search all records): they select
-# nothing. (An export always searches all records.)
-PASSIVE_PARAMS = frozenset({"p", "o", "e", "all", "_facets", "search_all"})
-
-
-class InvalidFilter(ValueError):
-    """A query parameter that names no filter, or a value a filter cannot use."""
 
 
 def call_queryset() -> QuerySet[AuditRecord]:
@@ -56,77 +46,7 @@ def finished_of(started: AuditRecord) -> AuditRecord | None:
         return None
 
 
-# --- filters ---------------------------------------------------------------------------------------------------
-
-
-def _by_outcome(queryset: QuerySet[AuditRecord], value: str) -> QuerySet[AuditRecord]:
-    if value == OUTCOME_RUNNING:
-        return queryset.filter(finished_record__isnull=True)
-    if value not in OUTCOMES:
-        raise InvalidFilter(f"unknown outcome {value!r}")
-    # Naming the kind lets the database read the outcome from its index, which holds finished records only.
-    return queryset.filter(finished_record__kind=KIND_FINISHED, finished_record__outcome=value)
-
-
-def _by_credential(queryset: QuerySet[AuditRecord], value: str) -> QuerySet[AuditRecord]:
-    kind, separator, credential_id = value.partition(":")
-    if not separator:
-        raise InvalidFilter("credential must be written kind:id")
-    return queryset.filter(credential_kind=kind, credential_id=credential_id)
-
-
-class Unindexed(Transform):
-    """The column as it is, but on SQLite hidden from the query planner (`+column`, SQLite's own idiom).
-
-    A date filter on the calls would otherwise read its range from the (kind, created_at) index that the overview
-    counts with, and sort the range by id to show the newest page: seconds for a month of a million records, where
-    walking the calls newest first and stopping after a page takes a millisecond.
-    """
-
-    lookup_name = "unindexed"
-
-    def as_sql(self, compiler: Any, connection: Any, *args: Any, **extra_context: Any) -> tuple[str, list[Any]]:
-        sql, params = compiler.compile(self.lhs)
-        return sql, list(params)
-
-    def as_sqlite(self, compiler: Any, connection: Any, **extra_context: Any) -> tuple[str, list[Any]]:
-        sql, params = compiler.compile(self.lhs)
-        return f"+{sql}", list(params)
-
-
-AuditRecord._meta.get_field("created_at").register_lookup(Unindexed)
-
-
-def parse_moment(value: str) -> datetime:
-    """A date or a date and time (as the admin's date filter writes them); naive values are in the current zone."""
-    moment = parse_datetime(value)
-    if moment is None:
-        day = parse_date(value.strip())
-        if day is None:
-            raise InvalidFilter(f"not a date: {value!r}")
-        moment = datetime.combine(day, time())
-    return timezone.make_aware(moment) if timezone.is_naive(moment) else moment
-
-
-FILTERS: dict[str, Callable[[QuerySet[AuditRecord], str], QuerySet[AuditRecord]]] = {
-    "tool": lambda queryset, value: queryset.filter(tool=value),
-    "outcome": _by_outcome,
-    "user": lambda queryset, value: queryset.filter(username=value),
-    "credential": _by_credential,
-    "credential_kind": lambda queryset, value: queryset.filter(credential_kind=value),
-    "session": lambda queryset, value: queryset.filter(session_id=value),
-    "created_at__gte": lambda queryset, value: queryset.filter(created_at__unindexed__gte=parse_moment(value)),
-    "created_at__lt": lambda queryset, value: queryset.filter(created_at__unindexed__lt=parse_moment(value)),
-}
-
-
-def filter_by(queryset: QuerySet[AuditRecord], name: str, value: str) -> QuerySet[AuditRecord]:
-    """Apply the one filter `name` (a key of FILTERS) with `value`."""
-    try:
-        apply = FILTERS[name]
-    except KeyError:
-        raise InvalidFilter(f"unknown filter {name!r}") from None
-    return apply(queryset, value)
+# --- filters and search -----------------------------------------------------------------------------------------
 
 
 def _spellings(term: str) -> set[str]:
@@ -152,15 +72,12 @@ def search_calls(queryset: QuerySet[AuditRecord], query: str) -> QuerySet[AuditR
     return queryset
 
 
-def filter_calls(queryset: QuerySet[AuditRecord], params: Mapping[str, str]) -> QuerySet[AuditRecord]:
-    """`queryset` narrowed by changelist query parameters (`request.GET`); raises InvalidFilter on an unknown one."""
-    for name, value in params.items():
-        if name in PASSIVE_PARAMS:
-            continue
-        if name == SEARCH_PARAM:
-            queryset = search_calls(queryset, value)
-        else:
-            queryset = filter_by(queryset, name, value)
+def filter_calls(queryset: QuerySet[AuditRecord], params: Params) -> QuerySet[AuditRecord]:
+    """`queryset` narrowed by changelist query parameters (`request.GET`, repeated parameters included) and its
+    search; raises InvalidFilter on a parameter it cannot use (audit.filters)."""
+    queryset = apply_filters(queryset, params)
+    for query in param_lists(params).get(SEARCH_PARAM, []):
+        queryset = search_calls(queryset, query)
     return queryset
 
 

@@ -6,38 +6,50 @@ import contextlib
 import os
 import tempfile
 from collections.abc import Callable, Iterator
-from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import QuerySet
 
-from audit.export import CSV_HEADER, call_queryset, csv_line, export_rows, jsonl_line
+from audit.export import CSV_HEADER, call_queryset, csv_line, export_rows, filter_calls, jsonl_line
+from audit.filters import OUTCOME_VALUES, RANGES, SEARCH_PARAM, InvalidFilter
 from audit.models import AuditRecord
 
 FORMATS: dict[str, Callable[[dict[str, Any]], str]] = {"jsonl": jsonl_line, "csv": csv_line}
 
 
-def parse_day(value: str, option: str) -> date:
+# option -> the list's parameter (audit.filters): the command filters exactly as the admin's list and its exports.
+OPTION_PARAMS = {
+    "tool": "tool",
+    "outcome": "outcome",
+    "user": "user",
+    "credential": "credential",
+    "credential_kind": "credential_kind",
+    "session": "session",
+    "range": "range",
+    "since": "since",
+    "until": "until",
+    "search": SEARCH_PARAM,
+}
+
+
+def option_name(parameter: str) -> str:
+    option = next((name for name, param in OPTION_PARAMS.items() if param == parameter), parameter)
+    return "--" + option.replace("_", "-")
+
+
+def calls(options: dict[str, Any]) -> QuerySet[AuditRecord]:
+    """The calls the filter options select, as the call list with the same parameters shows them."""
+    params: dict[str, list[str]] = {}
+    for option, parameter in OPTION_PARAMS.items():
+        given = options.get(option)
+        if given:
+            params[parameter] = given if isinstance(given, list) else [given]
     try:
-        return date.fromisoformat(value)
-    except ValueError:
-        raise CommandError(f"{option} must be a date written YYYY-MM-DD, not {value!r}") from None
-
-
-def midnight(day: date) -> datetime:
-    return datetime.combine(day, time(), tzinfo=UTC)
-
-
-def calls(since: date | None, until: date | None) -> QuerySet[AuditRecord]:
-    """Calls started on or after `since` and on or before `until` (whole UTC days)."""
-    queryset = call_queryset()
-    if since is not None:
-        queryset = queryset.filter(created_at__gte=midnight(since))
-    if until is not None:
-        queryset = queryset.filter(created_at__lt=midnight(until + timedelta(days=1)))
-    return queryset
+        return filter_calls(call_queryset(), params)
+    except InvalidFilter as error:
+        raise CommandError(f"{option_name(error.parameter)}: {error.message}") from None
 
 
 def write_lines(write: Callable[[str], object], fmt: str, queryset: QuerySet[AuditRecord]) -> int:
@@ -70,25 +82,39 @@ class Command(BaseCommand):
     help = (
         "Export tool calls from the audit log, one per line, started and finished data together: JSON Lines (the "
         "tool under 'tool') or CSV (a header row; cells a spreadsheet would run as formulas are neutralised). "
-        "Writes to standard output, or with --output to a file readable by its owner only (0600)."
+        "Writes to standard output, or with --output to a file readable by its owner only (0600). The filters are "
+        "those of the admin's call list (the same names, --outcome failed included)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--format", required=True, choices=sorted(FORMATS), help="jsonl or csv")
-        parser.add_argument("--since", metavar="YYYY-MM-DD", help="calls started on or after this day (UTC)")
         parser.add_argument(
-            "--until", metavar="YYYY-MM-DD", help="calls started on or before this day (UTC), inclusive"
+            "--since", metavar="YYYY-MM-DD", help="calls started on or after this day (the server's time zone, UTC)"
         )
+        parser.add_argument(
+            "--until",
+            metavar="YYYY-MM-DD",
+            help="calls started on or before this day (the server's time zone), inclusive",
+        )
+        parser.add_argument("--range", choices=sorted(RANGES), help="calls of today, yesterday, the past 7 or 30 days")
+        for option, what in (
+            ("tool", "the tool"),
+            ("outcome", f"the outcome ({', '.join(OUTCOME_VALUES)}; failed is every outcome but ok)"),
+            ("user", "the user"),
+            ("credential", "the credential, written kind:id (bearer:3)"),
+            ("credential-kind", "the credential kind (bearer, oauth)"),
+            ("session", "the MCP session id"),
+        ):
+            parser.add_argument(
+                f"--{option}", action="append", metavar="VALUE", help=f"only calls of {what}; repeat for several"
+            )
+        parser.add_argument("--search", metavar="WORDS", help="only calls with these words in the arguments or result")
         parser.add_argument(
             "--output", metavar="PATH", help="write this file (replaced if it exists) instead of stdout"
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        since = parse_day(options["since"], "--since") if options["since"] else None
-        until = parse_day(options["until"], "--until") if options["until"] else None
-        if since and until and until < since:
-            raise CommandError(f"--until {until} is before --since {since}")
-        queryset = calls(since, until)
+        queryset = calls(options)
         fmt = options["format"]
         if options["output"]:
             path = Path(options["output"])
@@ -100,5 +126,6 @@ class Command(BaseCommand):
         else:
             count = write_lines(self.stdout.write, fmt, queryset)
             where = "standard output"
+        since, until = options["since"], options["until"]
         span = f" started {since or 'any time'} to {until or 'now'}" if since or until else ""
         self.stderr.write(f"Exported {count} calls{span} as {fmt} to {where}.")
