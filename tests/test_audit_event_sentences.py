@@ -1,0 +1,132 @@
+"""Security events as sentences (audit.event_sentences): every event the code writes has one, the command line is
+named as such, everything agent- or client-written is escaped, and an unknown event still reads as a line."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from audit.event_sentences import SENTENCES, event_sentence
+from audit.log import Actor, event
+from audit.models import KIND_EVENT, AuditRecord
+
+ROOT = Path(__file__).resolve().parent.parent
+# `event("name"` and `aevent(\n "name"`, as the code writes its events
+WRITTEN = re.compile(r"\ba?event\(\s*\"([a-z_]+\.[a-z_.]+)\"")
+
+
+def written_event_names() -> set[str]:
+    names = set()
+    for package in ("oauth", "audit", "mcpserver", "sandstorm_site"):
+        for path in (ROOT / package).rglob("*.py"):
+            names |= set(WRITTEN.findall(path.read_text(encoding="utf-8")))
+    return names
+
+
+def test_every_event_the_code_writes_has_a_sentence() -> None:
+    names = written_event_names()
+    assert {"token.created", "token.revoked", "credentials.rotated", "auth.failed"} <= names  # the grep works
+    assert names - set(SENTENCES) == set(), "give these events a sentence in audit/event_sentences.py"
+
+
+def record(event_name: str, actor: dict[str, str] | None = None, /, **detail: Any) -> AuditRecord:
+    return AuditRecord(kind=KIND_EVENT, event=event_name, detail=detail or None, **(actor or {}))
+
+
+ADMIN = {"username": "admin", "credential_kind": "session", "client_address": "10.0.0.5"}
+SHELL = {"username": "root", "credential_kind": "shell"}
+TOKEN: dict[str, Any] = {"token_id": 4, "name": "laptop", "prefix": "sst_abcd", "owner": "admin", "scope": "mcp"}
+CLIENT = {"client_id": "abc123", "client": "Claude (abc123)"}
+SENTENCE_CASES = [
+    (record("token.revoked", ADMIN, **TOKEN), "admin revoked token laptop (sst_abcd…) from 10.0.0.5"),
+    (record("token.revoked", ADMIN, **{**TOKEN, "owner": "bob"}), "admin revoked token laptop (sst_abcd…) of bob from 10.0.0.5"),
+    (record("token.created", SHELL, **{**TOKEN, "name": "bootstrap"}),
+     "OS user root, on the command line, created token bootstrap (sst_abcd…) for admin with scope mcp"),
+    (record("token.first_used", {"client_address": "127.0.0.1"}, token_id=1, name="first-run", prefix="sst_ffff"),
+     "token first-run (sst_ffff…) first used from 127.0.0.1"),
+    (record("credentials.rotated", SHELL, access_tokens=0, refresh_tokens=0, grants=0, bearer_tokens=3, clients=2,
+            sessions=0, stop_background=True, kept_bearer_tokens=False, new_token_id=9, new_token_prefix="sst_new1",
+            new_token_owner="admin"),
+     "OS user root, on the command line, rotated all credentials: 3 bearer tokens, 2 clients; new token sst_new1… for admin"),
+    (record("credentials.rotated", ADMIN, bearer_tokens=1, clients=0, kept_bearer_tokens=True, stop_background=False),
+     "admin rotated all credentials from 10.0.0.5: 1 bearer token (bearer tokens kept, background processes left running)"),
+    (record("admin.login", ADMIN), "admin signed in to the admin from 10.0.0.5"),
+    (record("admin.login_failed", {"username": "bob", "client_address": "10.0.0.7"}), "login failed for ‘bob’ from 10.0.0.7"),
+    (record("admin.login_throttled", {"username": "bob", "client_address": "10.0.0.7"}),
+     "sign-in throttled for ‘bob’ from 10.0.0.7 after repeated failures"),
+    (record("auth.failed", {"client_address": "10.0.0.8"}, instance_id="i", reason="unknown token"),
+     "authentication failed at /mcp from 10.0.0.8: unknown token"),
+    (record("auth.failed", {"client_address": "10.0.0.8"}, count=41, reasons=["expired token", "unknown token"], aggregated=True),
+     "authentication failed 41 times more at /mcp from 10.0.0.8: expired token, unknown token"),
+    (record("audit.full", calls_refused=5, bytes=2_000_000, max_bytes=2_000_000, full=True),
+     "the audit log is full (1.9 MiB of its 1.9 MiB budget): 5 tool calls refused"),
+    (record("audit.pruned", SHELL, count=400, before="2025-01-01", first_id=1, last_id=400, by="root"),
+     "OS user root, on the command line, pruned 400 audit records created before 2025-01-01"),
+    (record("oauth.client_registered", {"client_address": "203.0.113.4"}, **CLIENT, source="dcr"),
+     "client Claude (abc123) registered by dynamic client registration from 203.0.113.4"),
+    (record("oauth.client_registered", {}, **CLIENT, source="cimd"),
+     "client Claude (abc123) registered through its client metadata document"),
+    (record("oauth.consent", ADMIN, **CLIENT, scope="mcp:read", redirect_host="claude.ai", decision="approved", outcome="code issued"),
+     "admin approved the connection of client Claude (abc123) (scope mcp:read, back to claude.ai) from 10.0.0.5"),
+    (record("oauth.consent", ADMIN, **CLIENT, scope="mcp", decision="denied", outcome="access_denied"),
+     "admin refused the connection of client Claude (abc123) (scope mcp) from 10.0.0.5: access_denied"),
+    (record("oauth.client_revoked", ADMIN, **CLIENT, access_tokens=2, refresh_tokens=1, grants=0),
+     "admin revoked client Claude (abc123) from 10.0.0.5: 2 access tokens, 1 refresh token, 0 pending authorization codes"),
+    (record("oauth.token_revoked", ADMIN, token_id=12, client="Claude (abc123)", owner="alice"),
+     "admin revoked OAuth access token #12 of alice (client Claude (abc123)) from 10.0.0.5"),
+    (record("oauth.code_replayed", {"client_address": "198.51.100.2"}, **CLIENT, user_id=1),
+     "an authorization code of client Claude (abc123) was used a second time from 198.51.100.2: the tokens it was exchanged for were revoked"),
+    (record("oauth.refresh_reused", {"client_address": "198.51.100.2"}, **CLIENT, user_id=1),
+     "a revoked refresh token of client Claude (abc123) was used again from 198.51.100.2: its whole token family was revoked"),
+    (record("oauth.client_pruned", SHELL, **CLIENT, registered="2025-03-01T10:00:00+00:00"),
+     "OS user root, on the command line, removed the unused client Claude (abc123) (registered 2025-03-01)"),
+    (record("oauth.client_removed", ADMIN, **CLIENT), "admin revoked and removed client Claude (abc123) from 10.0.0.5"),
+    (record("credentials.background_stopped", None, revocation_id=3, reason="bearer", revoked_by="admin", pids=[101, 102],
+            credentials=["bearer:4"], commands=["sleep 1000", "npm run dev"]),
+     "2 background processes stopped after a revocation (bearer) by admin: sleep 1000, npm run dev"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("event_record", "sentence"), SENTENCE_CASES, ids=lambda value: getattr(value, "event", ""))
+def test_events_read_as_sentences(event_record: AuditRecord, sentence: str) -> None:
+    assert str(event_sentence(event_record)) == sentence
+
+
+def test_every_sentence_builder_has_a_case() -> None:
+    assert {case.event for case, _ in SENTENCE_CASES} == set(SENTENCES)
+
+
+def test_agent_and_client_text_is_escaped() -> None:
+    markup = "<img src=x onerror=alert(1)>"
+    text = str(event_sentence(record("token.first_used", {"client_address": markup}, name=markup, prefix="sst_&")))
+    assert "<img" not in text and text.count("&lt;img src=x onerror=alert(1)&gt;") == 2 and "sst_&amp;…" in text
+    failed = str(event_sentence(record("admin.login_failed", {"username": "<script>alert(2)</script>"})))
+    assert "<script>" not in failed and "&lt;script&gt;" in failed
+
+
+def test_an_unknown_event_or_an_odd_detail_falls_back_to_its_name_and_detail() -> None:
+    unknown = record("otp.device_reset", SHELL, device="phone <1>", count=2)
+    assert (
+        str(event_sentence(unknown))
+        == "otp.device_reset by OS user root, on the command line: count=2, device=phone &lt;1&gt;"
+    )
+    assert str(event_sentence(record("something.new"))) == "something.new"
+    odd = record("credentials.background_stopped", None, pids="not a list", commands={"a": 1})
+    assert "background process" in str(event_sentence(odd))  # odd shapes are read as nothing, never a crash
+
+
+@pytest.mark.django_db
+def test_the_security_event_list_and_page_show_the_sentence_and_keep_the_raw_detail(admin_client: Client) -> None:
+    written = event("token.revoked", Actor(username="admin", credential_kind="session", client_address="10.0.0.5"),
+                    **{**TOKEN, "name": "<b>laptop</b>"})  # fmt: skip
+    listing = admin_client.get("/admin/audit/securityevent/").content.decode()
+    assert "admin revoked token &lt;b&gt;laptop&lt;/b&gt; (sst_abcd…) from 10.0.0.5" in listing
+    assert "<b>laptop" not in listing
+    page = admin_client.get(f"/admin/audit/securityevent/{written.pk}/change/").content.decode()
+    assert "admin revoked token &lt;b&gt;laptop&lt;/b&gt; (sst_abcd…) from 10.0.0.5" in page
+    raw = re.search(r'<pre class="audit-detail-json">(.*?)</pre>', page, re.S)
+    assert raw is not None and "&quot;prefix&quot;: &quot;sst_abcd&quot;" in raw.group(1) and "<b>" not in raw.group(1)
