@@ -27,8 +27,9 @@ from django.utils import timezone
 from django.utils.http import urlencode
 
 from audit.budget import BudgetState, audit_log_bytes, human
-from audit.export import CSV_HEADER, InvalidFilter, aexport_rows, call_queryset, csv_line, filter_calls, jsonl_line
-from audit.models import KIND_STARTED, OUTCOME_DENIED, OUTCOME_ERROR, AuditRecord
+from audit.export import CSV_HEADER, aexport_rows, call_queryset, csv_line, filter_calls, jsonl_line
+from audit.filters import FAILED_OUTCOMES, OUTCOME_FAILED, InvalidFilter
+from audit.models import KIND_STARTED, AuditRecord
 
 logger = logging.getLogger(__name__)
 
@@ -210,23 +211,29 @@ def changelist_url(**params: str) -> str:
 
 
 def problem_counts(day_ago: datetime, first_day: datetime) -> list[dict[str, Any]]:
+    """Every outcome but ok, in the last 24 hours and the last 30 days, then all of them together ("failed"), each
+    count linking to the list of those calls."""
     # Only finished records have an outcome; the (outcome, created_at) index answers each count without a record.
-    problems = AuditRecord.objects.filter(outcome__in=[OUTCOME_ERROR, OUTCOME_DENIED], created_at__gte=first_day)
+    problems = AuditRecord.objects.filter(outcome__in=FAILED_OUTCOMES, created_at__gte=first_day)
     totals = problems.aggregate(
-        error_day=Count("id", filter=Q(outcome=OUTCOME_ERROR, created_at__gte=day_ago)),
-        error_month=Count("id", filter=Q(outcome=OUTCOME_ERROR)),
-        denied_day=Count("id", filter=Q(outcome=OUTCOME_DENIED, created_at__gte=day_ago)),
-        denied_month=Count("id", filter=Q(outcome=OUTCOME_DENIED)),
+        **{
+            f"{outcome}_day": Count("id", filter=Q(outcome=outcome, created_at__gte=day_ago))
+            for outcome in FAILED_OUTCOMES
+        },
+        **{f"{outcome}_month": Count("id", filter=Q(outcome=outcome)) for outcome in FAILED_OUTCOMES},
     )
+    rows = [(outcome, totals[f"{outcome}_day"], totals[f"{outcome}_month"]) for outcome in FAILED_OUTCOMES]
+    rows.append((OUTCOME_FAILED, sum(day for _, day, _ in rows), sum(month for _, _, month in rows)))
     return [
         {
             "outcome": outcome,
-            "day": totals[f"{outcome}_day"],
-            "month": totals[f"{outcome}_month"],
+            "day": day,
+            "month": month,
+            "total": outcome == OUTCOME_FAILED,
             "day_url": changelist_url(outcome=outcome, created_at__gte=day_ago.isoformat()),
             "month_url": changelist_url(outcome=outcome, created_at__gte=first_day.isoformat()),
         }
-        for outcome in (OUTCOME_ERROR, OUTCOME_DENIED)
+        for outcome, day, month in rows
     ]
 
 
@@ -243,7 +250,7 @@ def active_credentials(calls: QuerySet[AuditRecord], day_ago: datetime) -> list[
 
 
 def overview(request: HttpRequest) -> HttpResponse:
-    """Calls per hour and per day, the busiest tools, errors and denials, and the credentials in use."""
+    """Calls per hour and per day, the busiest tools, the calls that failed (by outcome), and the credentials in use."""
     _require_view_permission(request)
     now = timezone.now()
     day_ago = now - timedelta(hours=24)
