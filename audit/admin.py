@@ -8,6 +8,7 @@ sort by anything but the primary key, and build their filter choices from the ne
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin
@@ -18,24 +19,29 @@ from django.contrib.auth import get_permission_codename
 from django.core.paginator import Page, Paginator
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.functional import cached_property
+from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.text import Truncator
 
 from audit.credential_links import credential_link
-from audit.export import (
-    FILTERS,
+from audit.event_sentences import event_sentence
+from audit.export import call_queryset, finished_of, redacted_in, search_calls
+from audit.filter_bar import filter_bar, query
+from audit.filters import (
+    FILTER_PARAMS,
     OUTCOME_RUNNING,
+    OUTCOME_VALUES,
+    CallFilters,
     InvalidFilter,
-    call_queryset,
-    filter_by,
-    finished_of,
-    redacted_in,
-    search_calls,
+    param_lists,
+    parse_filters,
+    parse_moment,
 )
-from audit.models import KIND_EVENT, KIND_STARTED, OUTCOMES, AuditRecord, SecurityEvent
+from audit.models import KIND_EVENT, KIND_STARTED, AuditRecord, SecurityEvent
 
 # Filter choices come from this many newest records: a DISTINCT over the whole table would read all of it.
 RECENT_RECORDS = 20_000
@@ -118,82 +124,9 @@ def recent_calls(request: HttpRequest) -> list[tuple[str, ...]]:
     return found
 
 
-class CallFilter(admin.SimpleListFilter):
-    """A filter whose parameter and meaning are those of audit.export.FILTERS, so the exports filter the same way."""
-
-    def options(self, request: HttpRequest) -> list[tuple[str, str]]:
-        raise NotImplementedError
-
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -> list[tuple[str, str]]:
-        options = self.options(request)
-        value = self.value()
-        if value and value not in {option for option, _ in options}:
-            options.append((value, Truncator(value).chars(40)))  # the active filter always shows, and applies
-        return options
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[AuditRecord]) -> QuerySet[AuditRecord]:
-        value = self.value()
-        if value is None:
-            return queryset
-        try:
-            return filter_by(queryset, str(self.parameter_name), value)
-        except InvalidFilter as error:
-            raise IncorrectLookupParameters(error) from error  # the changelist shows its "?e=1" page
-
-
-class ToolFilter(CallFilter):
-    title = "tool"
-    parameter_name = "tool"
-
-    def options(self, request: HttpRequest) -> list[tuple[str, str]]:
-        return [(tool, tool) for tool in sorted({row[0] for row in recent_calls(request)}) if tool]
-
-
-class OutcomeFilter(CallFilter):
-    title = "outcome"
-    parameter_name = "outcome"
-
-    def options(self, request: HttpRequest) -> list[tuple[str, str]]:
-        return [(outcome, outcome) for outcome in OUTCOMES] + [(OUTCOME_RUNNING, OUTCOME_RUNNING)]
-
-
-class UserFilter(CallFilter):
-    title = "user"
-    parameter_name = "user"
-
-    def options(self, request: HttpRequest) -> list[tuple[str, str]]:
-        return [(name, name) for name in sorted({row[1] for row in recent_calls(request)}) if name]
-
-
-class CredentialFilter(CallFilter):
-    title = "credential"
-    parameter_name = "credential"
-
-    def options(self, request: HttpRequest) -> list[tuple[str, str]]:
-        rows = sorted({row[2:] for row in recent_calls(request)})
-        return [(f"{kind}:{id_}", f"{kind}:{name or id_}") for kind, id_, name in rows if kind]
-
-
-class CredentialKindFilter(CallFilter):
-    title = "credential kind"
-    parameter_name = "credential_kind"
-
-    def options(self, request: HttpRequest) -> list[tuple[str, str]]:
-        return [("bearer", "admin-issued token"), ("oauth", "OAuth client")]
-
-
-class SessionFilter(CallFilter):
-    """Shown only while active (from a call's "other calls of this session" link): sessions are too many to list."""
-
-    title = "session"
-    parameter_name = "session"
-
-    def options(self, request: HttpRequest) -> list[tuple[str, str]]:
-        return []
-
-
 class DateFilter(admin.DateFieldListFilter):
-    """The admin's date links (today, past 7 days, ...), applied by audit.export like every other filter."""
+    """The admin's date links (today, past 7 days, ...) for the security events, read as the call list reads its
+    `created_at__gte` and `created_at__lt`."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -202,7 +135,9 @@ class DateFilter(admin.DateFieldListFilter):
     def queryset(self, request: HttpRequest, queryset: QuerySet[AuditRecord]) -> QuerySet[AuditRecord]:
         try:
             for name, values in self.used_parameters.items():
-                queryset = filter_by(queryset, name, str(values[-1] if isinstance(values, list) else values))
+                moment = parse_moment(str(values[-1] if isinstance(values, list) else values), name)
+                lookup = "gte" if name.endswith("__gte") else "lt"
+                queryset = queryset.filter(**{f"created_at__unindexed__{lookup}": moment})
         except InvalidFilter as error:
             raise IncorrectLookupParameters(error) from error
         return queryset
@@ -295,7 +230,8 @@ class ReadOnlyAuditAdmin(admin.ModelAdmin):
 
     @admin.display(description="time")
     def time(self, record: AuditRecord) -> str:
-        return f"{timezone.localtime(record.created_at):%Y-%m-%d %H:%M:%S}"
+        moment = timezone.localtime(record.created_at)
+        return format_html('{} <span class="audit-clock">{}</span>', f"{moment:%Y-%m-%d}", f"{moment:%H:%M:%S %Z}")
 
 
 def search_floor(request: HttpRequest, search_term: str) -> int:
@@ -351,25 +287,110 @@ def call_detail(record: AuditRecord) -> dict[str, Any]:
     return context
 
 
+class CallChangeList(NoCountChangeList):
+    """The call list's changelist: the parameters of audit.filters are no admin lookups, they select the calls the
+    way the exports select them (repeated parameters included), as the request's CallFilters."""
+
+    def get_filters_params(self, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        lookup_params = super().get_filters_params(params)
+        for name in FILTER_PARAMS:
+            lookup_params.pop(name, None)
+        return lookup_params
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[AuditRecord]:
+        return call_filters(request).apply(super().get_queryset(request, exclude_parameters))
+
+
+def call_filters(request: HttpRequest) -> CallFilters:
+    """The filters of this request's parameters, read once (a range such as "today" is fixed at the first read)."""
+    found: CallFilters | None = getattr(request, "_audit_call_filters", None)
+    if found is None:
+        found = parse_filters(request.GET)
+        request._audit_call_filters = found  # type: ignore[attr-defined]  # a cache for this request only
+    return found
+
+
+OUTCOME_CLASSES = frozenset(OUTCOME_VALUES)
+
+
+def outcome_badge(outcome: str) -> str:
+    """The outcome as a coloured badge that says its word (the colour is never the only sign)."""
+    css = outcome if outcome in OUTCOME_CLASSES else "other"
+    return format_html('<span class="audit-outcome audit-outcome-{}">{}</span>', css, outcome)
+
+
+def credential_label(kind: str, credential_id: str, name: str) -> str:
+    return f"{kind}:{name or credential_id}" if kind else ""
+
+
+def filter_link(params: dict[str, list[str]], param: str, value: str, text: str) -> str:
+    """`text` as a link to the list filtered by `param`=`value` (that filter replaced, the others kept)."""
+    return format_html('<a href="{}" class="audit-filter-link">{}</a>', query(params, **{param: [value]}), text)
+
+
+def tool_cell(params: dict[str, list[str]]) -> Callable[[AuditRecord], str]:
+    @admin.display(description="tool")
+    def tool(record: AuditRecord) -> str:
+        return filter_link(params, "tool", record.tool, record.tool) if record.tool else ""
+
+    return tool  # the column's CSS class is field-<the function's name>
+
+
+def credential_cell(params: dict[str, list[str]]) -> Callable[[AuditRecord], str]:
+    @admin.display(description="credential, user")
+    def credential(record: AuditRecord) -> str:
+        label = credential_label(record.credential_kind, record.credential_id, record.credential_name)
+        value = f"{record.credential_kind}:{record.credential_id}"
+        shown = filter_link(params, "credential", value, label) if record.credential_kind else ""
+        if not record.username:
+            return shown
+        user = filter_link(params, "user", record.username, record.username)
+        return format_html('{}<span class="audit-user">{}</span>', shown, user)
+
+    return credential
+
+
+def recent_filter_choices(request: HttpRequest) -> dict[str, Any]:
+    """The tools, credentials and users the filter bar's menus offer: those of the recent calls."""
+    rows = recent_calls(request)
+    credentials = sorted({row[2:] for row in rows if row[2]})
+    return {
+        "tools": sorted({row[0] for row in rows if row[0]}),
+        "users": sorted({row[1] for row in rows if row[1]}),
+        "credentials": [
+            (f"{kind}:{id_}", f"{name} ({kind} #{id_})" if name else f"{kind} #{id_}")
+            for kind, id_, name in credentials
+        ],
+    }
+
+
 @admin.register(AuditRecord)
 class AuditRecordAdmin(ReadOnlyAuditAdmin):
-    """The calls: one row per started record, with its finished record joined."""
+    """The calls: one row per started record, with its finished record joined. Filtered by audit.filters (the
+    bar above the list), not by the admin's one-value list filters."""
 
+    # The user is shown in the credential's cell, under it: one column less to fit a 1280 px window.
     list_display = [
-        "time", "tool", "arguments_summary", "username", "credential", "call_outcome", "duration", "call_exit_code",
-        "call_redacted",
+        "time", "tool", "arguments_summary", "credential", "call_outcome", "duration", "call_exit_code", "call_redacted",
     ]  # fmt: skip
-    list_filter = [
-        ToolFilter, OutcomeFilter, UserFilter, CredentialFilter, CredentialKindFilter, SessionFilter,
-        ("created_at", DateFilter),
-    ]  # fmt: skip
+    list_filter = ()
     # Only shows the search box: get_search_results does the searching, the same way as the exports.
     search_fields = ["arguments", "finished_record__result_excerpt"]
     search_help_text = "Words in the arguments or the result excerpt."
-    allowed_lookups = frozenset(FILTERS)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[AuditRecord]:
         return call_queryset().order_by("-id")
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return CallChangeList
+
+    def get_list_display(self, request: HttpRequest) -> list[Any]:
+        params = param_lists(request.GET)
+        linked: dict[str, Callable[[AuditRecord], str]] = {
+            "tool": tool_cell(params),
+            "credential": credential_cell(params),
+        }
+        return [linked.get(name, name) if isinstance(name, str) else name for name in self.list_display]
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[AuditRecord], search_term: str
@@ -380,10 +401,21 @@ class AuditRecordAdmin(ReadOnlyAuditAdmin):
         return (found.filter(id__gt=floor) if floor else found), False
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        try:
+            call_filters(request)
+        except InvalidFilter as error:
+            return invalid_filter_page(request, error, self.admin_site.each_context(request))
         params = request.GET.copy()
         for name in ("p", "o", "e", "all", SEARCH_ALL_PARAM):
             params.pop(name, None)
-        context = {"title": "Tool calls", "audit_export_query": params.urlencode(), **(extra_context or {})}
+        bar = filter_bar(param_lists(request.GET), **recent_filter_choices(request))
+        context = {
+            "title": "Tool calls",
+            "audit_export_query": params.urlencode(),
+            "audit_filter_bar": bar,
+            "audit_time_zone": timezone.get_current_timezone_name(),
+            **(extra_context or {}),
+        }
         response = super().changelist_view(request, context)
         context_data = getattr(response, "context_data", None)
         changelist = context_data.get("cl") if context_data else None
@@ -405,16 +437,12 @@ class AuditRecordAdmin(ReadOnlyAuditAdmin):
 
     @admin.display(description="credential")
     def credential(self, record: AuditRecord) -> str:
-        return (
-            f"{record.credential_kind}:{record.credential_name or record.credential_id}"
-            if record.credential_kind
-            else ""
-        )
+        return credential_label(record.credential_kind, record.credential_id, record.credential_name)
 
     @admin.display(description="outcome")
     def call_outcome(self, record: AuditRecord) -> str:
         finished = finished_of(record)
-        return finished.outcome if finished else OUTCOME_RUNNING
+        return outcome_badge(finished.outcome if finished else OUTCOME_RUNNING)
 
     @admin.display(description="duration")
     def duration(self, record: AuditRecord) -> str:
@@ -432,23 +460,44 @@ class AuditRecordAdmin(ReadOnlyAuditAdmin):
         return finished.exit_code if finished else None
 
 
+def invalid_filter_page(request: HttpRequest, error: InvalidFilter, site_context: dict[str, Any]) -> HttpResponse:
+    """A 400 page that says which parameter is wrong and why, with the list without it."""
+    params = param_lists(request.GET)
+    context = {
+        **site_context,
+        "title": "Tool calls: a filter is wrong",
+        "parameter": error.parameter,
+        "message": error.message,
+        "without_url": query(params, **{error.parameter: None}),
+        "opts": AuditRecord._meta,
+    }
+    return TemplateResponse(request, "admin/audit/auditrecord/invalid_filter.html", context, status=400)
+
+
 @admin.register(SecurityEvent)
 class SecurityEventAdmin(ReadOnlyAuditAdmin):
-    """Token created, revoked and first used, failed authentications, logins, prunes: the `event` records."""
+    """Token created, revoked and first used, failed authentications, logins, prunes: the `event` records, each
+    read as a sentence (audit.event_sentences); the record's page keeps the raw detail too."""
 
-    list_display = ["time", "event", "username", "client_address", "detail_summary"]
+    list_display = ["time", "what_happened", "event"]
     list_filter = [EventFilter, ("created_at", DateFilter)]
     allowed_lookups = frozenset({"event", "created_at__gte", "created_at__lt"})
     fields = [
-        "created_at", "event", "username", "credential_kind", "credential_id", "credential_name",
-        "client_address", "user_agent", "instance_id", "detail",
+        "what_happened", "created_at", "event", "username", "credential_kind", "credential_id", "credential_name",
+        "client_address", "user_agent", "instance_id", "detail_json",
     ]  # fmt: skip
+    readonly_fields = ["what_happened", "detail_json"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[AuditRecord]:
         return SecurityEvent.objects.filter(kind=KIND_EVENT).order_by("-id")
 
-    @admin.display(description="detail")
-    def detail_summary(self, record: AuditRecord) -> str:
+    @admin.display(description="what happened")
+    def what_happened(self, record: AuditRecord) -> str:
+        return event_sentence(record)
+
+    @admin.display(description="detail (raw)")
+    def detail_json(self, record: AuditRecord) -> str:
         if not record.detail:
-            return ""
-        return Truncator(json.dumps(record.detail, ensure_ascii=False, sort_keys=True)).chars(SUMMARY_CHARS * 2)
+            return "—"
+        text = json.dumps(record.detail, indent=2, ensure_ascii=False, sort_keys=True)
+        return format_html('<pre class="audit-detail-json">{}</pre>', text)

@@ -225,19 +225,31 @@ def test_the_date_filter_applies_to_the_list_and_the_exports(
     assert len(exported_ids(admin_client, f"created_at__lt={tomorrow}")) == len(CALLS)
 
 
-def test_the_filter_sidebar_offers_recent_tools_users_and_credentials(
+def test_the_filter_bar_offers_recent_tools_users_and_credentials(
     admin_client: Client, calls: dict[str, AuditRecord]
 ) -> None:
     content = admin_client.get(CHANGELIST).content.decode()
-    for link in ("?tool=file_read", "?user=bob", "?credential=oauth%3A3", "?credential_kind=oauth", "?outcome=running"):
+    for name, value in (
+        ("tool", "file_read"),
+        ("user", "bob"),
+        ("credential", "oauth:3"),
+        ("credential_kind", "oauth"),
+    ):
+        assert f'<input type="checkbox" name="{name}" value="{value}">' in content, (name, value)
+    for link in ('href="?outcome=running"', 'href="?outcome=failed"', 'href="?range=yesterday"'):
         assert link in content, link
+    assert 'id="changelist-filter"' not in content  # no sidebar beside the columns
 
 
 def test_a_filter_the_exports_do_not_know_is_refused_by_the_list_and_the_exports(admin_client: Client) -> None:
     assert admin_client.get(f"{CHANGELIST}?call_id=abc").status_code == 400
     assert admin_client.get(f"{EXPORT_CSV}?call_id=abc").status_code == 400
     assert admin_client.get(f"{EXPORT_CSV}?outcome=bogus").status_code == 400
-    assert admin_client.get(f"{CHANGELIST}?outcome=bogus")["Location"].endswith("?e=1")
+    refused = admin_client.get(f"{CHANGELIST}?outcome=bogus&tool=git_status")
+    assert refused.status_code == 400
+    message = found(r'<p class="errornote" id="audit-filter-error">(.*?)</p>', refused.content.decode(), re.S).group(1)
+    assert "<code>outcome</code>" in message and "&#x27;bogus&#x27; is not one of failed, ok, error" in message
+    assert 'id="audit-filter-without" href="/admin/audit/auditrecord/?tool=git_status"' in refused.content.decode()
 
 
 def test_the_call_list_never_counts_the_table(admin_client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -410,7 +422,9 @@ def test_the_overview_draws_bars_for_the_calls_there_are(admin_client: Client, s
     tools = found(r'<table id="audit-tools">.*?</table>', content, re.S).group(0)
     assert re.search(r"terminal_exec</a></td><td class=\"count\">4<", tools) and "file_delete" in tools
     problems = found(r'<table id="audit-problems">.*?</table>', content, re.S).group(0)
-    assert re.findall(r">(\d+)</a>", problems) == ["1", "1", "1", "1"]
+    # error, denied, timeout, cancelled, interrupted, then all of them ("failed"): last 24 hours, last 30 days
+    assert re.findall(r">(\d+)</a>", problems) == ["1", "1", "1", "1", "0", "0", "0", "0", "0", "0", "2", "2"]
+    assert "?outcome=failed&amp;created_at__gte=" in problems
     assert "bearer:laptop" in content
 
 

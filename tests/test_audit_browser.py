@@ -64,7 +64,9 @@ def markup_call(live_server: LiveServer) -> tuple[str, str]:
 
 def open_call_list_filtered_by_tool(page: Page, server: LiveServer, tool: str) -> None:
     page.goto(f"{server.url}/admin/audit/auditrecord/")
-    page.locator("#changelist-filter").get_by_role("link", name=tool, exact=True).click()
+    page.click("#audit-menu-tool > summary")  # the filter bar's tool menu
+    page.locator("#audit-menu-tool").get_by_label(tool, exact=True).check()
+    page.locator("#audit-menu-tool").get_by_role("button", name="Apply").click()
     page.wait_for_url(lambda url: url.endswith(f"/admin/audit/auditrecord/?tool={tool}"))
 
 
