@@ -204,7 +204,9 @@ def test_first_sign_in_sets_up_totp_and_later_sign_ins_ask_for_the_code(
 def test_with_the_setting_on_an_unenrolled_admin_cannot_skip_the_set_up(
     context: BrowserContext, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    with running_server(tmp_path_factory.mktemp("second-factor-required"), SANDSTORM_REQUIRE_SECOND_FACTOR="1") as strict:
+    with running_server(
+        tmp_path_factory.mktemp("second-factor-required"), SANDSTORM_REQUIRE_SECOND_FACTOR="1"
+    ) as strict:
         make_staff(strict, "newcomer")
         page = context.new_page()
         sign_in(page, strict, "newcomer")
