@@ -186,14 +186,20 @@ def setup(request: HttpRequest, site: admin.AdminSite) -> HttpResponse:
     if is_enrolled(request.user):
         # Set up already: this session goes on through the code (a second set-up would need it anyway).
         return HttpResponseRedirect(pending_step(request, next_url) or next_url)
+    device = _pending_device(request.user)
     form = CodeForm(request.POST if request.method == "POST" else None)
     if request.method == "POST" and form.is_valid():
-        ticket = _confirm(request, form)
-        if ticket is not None:
-            page = reverse("admin:second_factor_recovery_codes", args=[ticket])
-            return HttpResponseRedirect(f"{page}?{urlencode({'next': next_url})}")
-        form.add_error("code", "That code is not right. Enter the 6 digits the app shows now for this server.")
-    device = _pending_device(request.user)
+        allowed, details = device.verify_is_allowed()
+        if not allowed:
+            until = (details or {}).get("locked_until")
+            later = f" Try again in {_wait_words(until)}." if until else " Try again later."
+            form.add_error("code", f"Too many wrong codes in a row.{later}")
+        else:
+            ticket = _confirm(request, form)
+            if ticket is not None:
+                page = reverse("admin:second_factor_recovery_codes", args=[ticket])
+                return HttpResponseRedirect(f"{page}?{urlencode({'next': next_url})}")
+            form.add_error("code", "That code is not right. Enter the 6 digits the app shows now for this server.")
     # segno draws the QR code from our own otpauth: URL; the SVG is its output, no user-written markup in it.
     qr_svg = segno.make(device.config_url, error="m").svg_inline(scale=5, light="#fff", title="QR code to scan")
     context = {
