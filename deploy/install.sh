@@ -849,6 +849,7 @@ Sandstorm is running at $PUBLIC_URL
   Claude.ai:        Settings > Connectors > Add custom connector, URL $PUBLIC_URL/mcp
   Claude Code:      claude mcp add --transport http sandstorm $PUBLIC_URL/mcp --header "Authorization: Bearer <token>"
   Admin:            $PUBLIC_URL/admin/  (user admin)
+  Second factor:    to require it of every staff user: SANDSTORM_REQUIRE_SECOND_FACTOR=1 in $ENV_FILE, then systemctl restart $SERVICE
   New token:        sudo sandstorm-manage create_token NAME
   Data:             $STATE_DIR (database, secret_key, audit_key; a nightly copy in $BACKUP_DIR)
   Workspace:        $WORKSPACE  (the agent user $AGENT_USER's; tools run as $AGENT_USER in $EXECUTOR)

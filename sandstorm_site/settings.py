@@ -65,6 +65,9 @@ AUDIT_MAX_BYTES = env_int("SANDSTORM_AUDIT_MAX_BYTES", 10 * 1024**3)
 ACCESS_TOKEN_TTL = env_int("SANDSTORM_ACCESS_TOKEN_TTL", 3600, minimum=60)
 # Anonymous dynamic client registrations per client address per hour; 0 turns the limit off.
 REGISTRATION_RATE_LIMIT = env_int("SANDSTORM_REGISTRATION_RATE_LIMIT", 20)
+# Staff sign-in: a second factor (TOTP, recovery codes) is required of every staff user who set one up; with this
+# on, of every staff user, who must set one up before anything else (oauth/second_factor.py).
+REQUIRE_SECOND_FACTOR = env_bool("SANDSTORM_REQUIRE_SECOND_FACTOR", False)
 # Variables a tool process may see beyond the fixed clean set (comma-separated names).
 TOOL_ENV_ALLOW = tuple(name for name in env_str("SANDSTORM_TOOL_ENV_ALLOW", "").split(",") if name.strip())
 # Limits of tool processes, applied by the executor (development: passed to the one the server starts; production:
@@ -103,6 +106,9 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "oauth2_provider",
+    "django_otp",
+    "django_otp.plugins.otp_totp",
+    "django_otp.plugins.otp_static",
     "audit",
     "oauth",
     "mcpserver",
@@ -115,6 +121,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django_otp.middleware.OTPMiddleware",  # request.user.is_verified(): the second factor of this session
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -217,6 +224,15 @@ LOGGING = {
         "daphne": {"level": "WARNING"},
     },
 }
+
+# --- second factor (django-otp) ---------------------------------------------------------------------------------
+# The name authenticator apps show next to the code (the public host, so two servers are told apart).
+OTP_TOTP_ISSUER = f"Sandstorm {PUBLIC_HOST}"
+# Each wrong code doubles the wait before the device checks another (1 s, 2 s, 4 s, ...): on, explicitly.
+OTP_TOTP_THROTTLE_FACTOR = 1
+OTP_STATIC_THROTTLE_FACTOR = 1
+# The device pages of the admin never show a TOTP key or a recovery code.
+OTP_ADMIN_HIDE_SENSITIVE_DATA = True
 
 # --- OAuth (django-oauth-toolkit) ----------------------------------------------------------------------------------
 # The toolkit's own models (named so that migrations referring to them resolve; they are not swapped).

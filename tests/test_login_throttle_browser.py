@@ -11,7 +11,7 @@ import httpx2
 import pytest
 from playwright.sync_api import Browser, Page
 
-from tests.browser import log_in_as_admin
+from tests.browser import log_in_as_admin, past_the_second_factor_offer
 from tests.live import LiveServer, running_server
 from tests.oauth_flow import hidden_inputs, shell
 
@@ -65,6 +65,7 @@ def test_an_attacker_elsewhere_does_not_stop_the_admin_at_a_known_address(browse
     again = browser.new_context()
     page = again.new_page()
     sign_in(page, server, "admin", server.admin_password)
+    past_the_second_factor_offer(page, server)
     assert page.url == f"{server.url}/admin/", page.inner_text("body")[:500]
     assert "Tokens, clients and audit" in page.inner_text("body")
     again.close()

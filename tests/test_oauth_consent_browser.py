@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Browser, Page, Route
 
+from tests.browser import past_the_second_factor_offer
 from tests.live import LiveServer
 from tests.oauth_flow import Client, authorize_url, pkce, query_of, register
 
@@ -37,6 +38,7 @@ def sign_in_through_consent(page: Page, server: LiveServer, client: Client, stat
     page.fill("#id_username", "admin")
     page.fill("#id_password", server.admin_password)
     page.click("input[type=submit]")
+    past_the_second_factor_offer(page, server)
     page.wait_for_selector("#consent-form")
 
 

@@ -1,6 +1,7 @@
 """The authorization endpoint's consent page: the toolkit's AuthorizationView with our rules and our page.
 
-- A staff user must be signed in (the admin's login page); the tokens belong to whoever approves.
+- A staff user must be signed in (the admin's login page); the tokens belong to whoever approves. One who owes a
+  second factor (oauth/second_factor.py) gives it first: neither the page nor an approval before that.
 - The page is always shown: `approval_prompt=auto` and `skip_authorization` never approve silently.
 - It names the client, the host it redirects to (warning for loopback and for clients registered minutes ago) and
   the scope in plain words; Approve / Deny; CSRF; `X-Frame-Options: DENY` and a strict Content-Security-Policy.
@@ -19,6 +20,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
+from django.utils.decorators import method_decorator
 from oauth2_provider.exceptions import OAuthToolkitError
 from oauth2_provider.models import Application
 from oauth2_provider.views import AuthorizationView
@@ -31,6 +33,7 @@ from oauth.credentials import application_label
 from oauth.models import SCOPE_ALL, SCOPE_READ, ClientRegistration
 from oauth.policy import resource_target_error
 from oauth.redirects import is_loopback, redirect_host
+from oauth.second_factor import second_factor_required
 
 RECENT_REGISTRATION = timedelta(minutes=10)
 CSP = (
@@ -75,6 +78,7 @@ def origin(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
 
 
+@method_decorator(second_factor_required, name="dispatch")  # a staff user's second factor first, if they owe it
 class ConsentView(AuthorizationView):
     template_name = "oauth/consent.html"
 

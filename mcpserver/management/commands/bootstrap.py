@@ -75,6 +75,12 @@ class Command(BaseCommand):
             write(
                 f"  Tools run:  as '{user}', the server's own OS user: agents can read its keys (README, Security model)"
             )
+        require = (
+            "required of every staff user"
+            if settings.REQUIRE_SECOND_FACTOR
+            else "offered at sign-in; to require it of every staff user: SANDSTORM_REQUIRE_SECOND_FACTOR=1"
+        )
+        write(f"  2FA:        {require}")
         shown = token or ("$SANDSTORM_MCP_TOKEN" if settings.MCP_BOOTSTRAP_TOKEN else "<your token>")
         if token:
             write(f"  Token:      {token}   <- shown once; only its hash is stored")
