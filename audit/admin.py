@@ -27,7 +27,7 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.text import Truncator
 
-from audit.credential_links import credential_link
+from audit.credential_links import revoke_link
 from audit.event_sentences import event_sentence
 from audit.export import call_queryset, finished_of, redacted_in, search_calls
 from audit.filter_bar import filter_bar, query
@@ -283,7 +283,8 @@ def call_detail(record: AuditRecord) -> dict[str, Any]:
     if record.session_id:
         context["session_calls_url"] = f"{changelist}?{urlencode({'session': record.session_id})}"
     if record.credential_kind:
-        context["revoke_url"] = credential_link(record.credential_kind, record.credential_id) or ""
+        # The revoke confirmation of that token or app (not its page, where revoking is one more step away).
+        context["revoke_url"] = revoke_link(record.credential_kind, record.credential_id) or ""
     return context
 
 

@@ -1,6 +1,8 @@
-"""Credentials in the admin. Bearer tokens: created here with the secret shown once, on the page after saving;
-revoked, never deleted (their rows stay so the audit log can name them). OAuth clients and tokens: see
-admin_clients. "Rotate all credentials": the kill switch (views/rotation.py)."""
+"""Credentials in the admin. Bearer tokens: created here, their secret shown once on the page the creation redirects
+to (oauth.shown_once: a reload says "already shown" instead of making a second token); each has a page with its
+status, use and recent calls, and a revoke confirmation; revoked, never deleted (their rows stay so the audit log
+can name them). OAuth clients ("Connected apps") and their tokens: see admin_clients. "Rotate all credentials": the
+kill switch (views/rotation.py)."""
 
 from __future__ import annotations
 
@@ -8,18 +10,43 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.forms import ModelForm
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
 
 from audit.log import request_actor
-from oauth import admin_clients  # noqa: F401  (OAuth clients and tokens)
-from oauth.models import BearerToken, CredentialRotation, new_token_secret
+from oauth import admin_clients, shown_once  # noqa: F401  (admin_clients: the OAuth clients' pages)
+from oauth.claude_code import claude_code_line
+from oauth.credential_activity import (
+    bearer_calls,
+    credential_audit_url,
+    failed_yesterday_url,
+    last_use,
+    recent_calls,
+    running_count,
+)
+from oauth.credentials import KIND_BEARER
+from oauth.models import SCOPE_WORDS, BearerToken, CredentialRotation, new_token_secret
+from oauth.token_form import NewTokenForm, RenameTokenForm
 from oauth.tokens import revoke_tokens, save_new_token
 from oauth.views.rotation import rotation_page
 
-NEW_SECRET_ATTRIBUTE = "_sandstorm_new_token_secret"
+CREATED_WHAT = "bearer_token_created"
+TICKET_ATTRIBUTE = "_sandstorm_new_token_ticket"
+REVOKED_MESSAGE = (
+    "Revoked token “{name}”. It is refused from its next request; its running tool calls were cancelled and its "
+    "background processes are being stopped."
+)
+
+
+def status_badge(status: str) -> str:
+    """The status as a word in a coloured badge (oauth/static/oauth/credentials.css): the colour is never alone."""
+    return format_html('<span class="credential-status credential-status-{}">{}</span>', status, status)
 
 
 @admin.register(BearerToken)
@@ -27,27 +54,90 @@ class BearerTokenAdmin(admin.ModelAdmin):
     list_display = ["name", "prefix", "user", "scope", "created_at", "last_used_at", "expires_at", "status"]
     list_filter = ["scope", ("revoked_at", admin.EmptyFieldListFilter), "user"]
     search_fields = ["name", "prefix", "user__username"]
-    readonly_fields = ["prefix", "created_at", "last_used_at", "revoked_at"]
     actions = ["revoke"]
+    change_form_template = "admin/oauth/bearertoken/change_form.html"
+
+    class Media:
+        css = {"all": ["oauth/credentials.css"]}
+
+    def get_form(self, request: HttpRequest, obj: BearerToken | None = None, change: bool = False,
+                 **kwargs: Any) -> type[ModelForm[BearerToken]]:  # fmt: skip
+        kwargs["form"] = RenameTokenForm if obj is not None else NewTokenForm
+        return super().get_form(request, obj, change, **kwargs)
 
     def get_fields(self, request: HttpRequest, obj: BearerToken | None = None) -> tuple[str, ...]:
         if obj is None:
-            return ("name", "user", "scope", "expires_at")
-        return ("name", "user", "scope", "expires_at", "prefix", "created_at", "last_used_at", "revoked_at")
+            return ("name", "user", "scope", "expiry", "expires_on")
+        return ("name",)
 
-    def get_readonly_fields(self, request: HttpRequest, obj: BearerToken | None = None) -> list[str]:
-        if obj is None:
-            return []
-        return ["user", "scope", *self.readonly_fields]
+    def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
+        return {"user": request.user.pk, **super().get_changeform_initial_data(request)}
+
+    def has_change_permission(self, request: HttpRequest, obj: BearerToken | None = None) -> bool:
+        if obj is not None and obj.revoked_at is not None:
+            return False  # a revoked token's page is read-only; its name stays as the audit log knows it
+        return super().has_change_permission(request, obj)
 
     def has_delete_permission(self, request: HttpRequest, obj: BearerToken | None = None) -> bool:
         return False
 
+    def may_revoke(self, request: HttpRequest) -> bool:
+        return super().has_change_permission(request)
+
     @admin.display(description="status")
     def status(self, obj: BearerToken) -> str:
-        if obj.revoked_at:
-            return "revoked"
-        return "active" if obj.is_active else "expired"
+        return status_badge(obj.status)
+
+    # --- the token's page -------------------------------------------------------------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        prefix = f"{self.opts.app_label}_{self.opts.model_name}"
+        own = [
+            path("<path:object_id>/revoke/", self.admin_site.admin_view(self.revoke_view), name=f"{prefix}_revoke"),
+            path(
+                "<path:object_id>/created/<str:ticket>/",
+                self.admin_site.admin_view(self.created_view),
+                name=f"{prefix}_created",
+            ),
+        ]
+        return own + super().get_urls()
+
+    def token_or_404(self, request: HttpRequest, object_id: str) -> BearerToken:
+        token = self.get_object(request, unquote(object_id))
+        if token is None:
+            raise Http404("No such token.")
+        if not self.has_view_or_change_permission(request, token):
+            raise PermissionDenied
+        return token
+
+    def token_detail(self, request: HttpRequest, token: BearerToken) -> dict[str, Any]:
+        calls = bearer_calls(token.pk)
+        return {
+            "token": token,
+            "status_badge": status_badge(token.status),
+            "scope_words": SCOPE_WORDS.get(token.scope, token.scope),
+            "last_use": last_use(calls),
+            "recent_calls": recent_calls(calls),
+            "audit_url": credential_audit_url(KIND_BEARER, token.pk),
+            "failed_yesterday_url": failed_yesterday_url(KIND_BEARER, token.pk),
+            "revoke_url": reverse("admin:oauth_bearertoken_revoke", args=[token.pk])
+            if token.revoked_at is None and self.may_revoke(request)
+            else "",
+        }
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict[str, Any] | None = None) -> HttpResponse:  # fmt: skip
+        token = self.get_object(request, unquote(object_id))
+        if token is not None and self.has_view_or_change_permission(request, token):
+            extra_context = {
+                **(extra_context or {}),
+                **self.token_detail(request, token),
+                "title": f"Token “{token.name}”",
+                "show_save_and_add_another": False,
+            }
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    # --- creating: POST, then redirect to a page that shows the secret once -------------------------------------------
 
     def save_model(self, request: HttpRequest, obj: BearerToken, form: Any, change: bool) -> None:
         if change:
@@ -55,26 +145,62 @@ class BearerTokenAdmin(admin.ModelAdmin):
             return
         raw = new_token_secret()
         obj.set_secret(raw)
-        setattr(request, NEW_SECRET_ATTRIBUTE, raw)  # lives only for this response, never in the session
         save_new_token(obj, request_actor(request))
+        ticket = shown_once.keep(request, CREATED_WHAT, {"token_id": obj.pk, "secret": raw})
+        setattr(request, TICKET_ATTRIBUTE, ticket)
 
     def response_add(
         self, request: HttpRequest, obj: BearerToken, post_url_continue: str | None = None
     ) -> HttpResponse:
-        raw = getattr(request, NEW_SECRET_ATTRIBUTE, None)
-        if raw is None:
+        ticket = getattr(request, TICKET_ATTRIBUTE, None)
+        if ticket is None:
             return super().response_add(request, obj, post_url_continue)
+        return HttpResponseRedirect(reverse("admin:oauth_bearertoken_created", args=[obj.pk, ticket]))
+
+    def created_view(self, request: HttpRequest, object_id: str, ticket: str) -> HttpResponse:
+        token = self.token_or_404(request, object_id)
+        payload = shown_once.take(request, CREATED_WHAT, ticket)
+        secret = str(payload["secret"]) if payload and payload.get("token_id") == token.pk else ""
         context = {
             **self.admin_site.each_context(request),
-            "token": obj,
-            "secret": raw,
-            "opts": self.model._meta,
-            "title": "Token created",
+            "opts": self.opts,
+            "title": f"Token “{token.name}” created" if secret else "Token already shown",
+            "token": token,
+            "secret": secret,
+            "scope_words": SCOPE_WORDS.get(token.scope, token.scope),
+            "claude_line": claude_code_line(settings.MCP_RESOURCE_URL, secret) if secret else "",
             "mcp_url": settings.MCP_RESOURCE_URL,
+            "token_url": reverse("admin:oauth_bearertoken_change", args=[token.pk]),
+            "media": self.media,
         }
         response = TemplateResponse(request, "admin/oauth/bearertoken/created.html", context)
         response["Cache-Control"] = "no-store"
         return response
+
+    # --- revoking: a confirmation page (GET) and the revocation (POST) ----------------------------------------------
+
+    def revoke_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        token = self.token_or_404(request, object_id)
+        if not self.may_revoke(request):
+            raise PermissionDenied
+        token_url = reverse("admin:oauth_bearertoken_change", args=[token.pk])
+        if request.method == "POST":
+            if revoke_tokens(BearerToken.objects.filter(pk=token.pk), request_actor(request)):
+                self.message_user(request, REVOKED_MESSAGE.format(name=token.name), messages.SUCCESS)
+            else:
+                self.message_user(request, f"Token “{token.name}” was revoked already.", messages.INFO)
+            return HttpResponseRedirect(token_url)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": f"Revoke token “{token.name}”?",
+            "token": token,
+            "status_badge": status_badge(token.status),
+            "running": running_count(bearer_calls(token.pk)),
+            "token_url": token_url,
+            "media": self.media,
+        }
+        return TemplateResponse(request, "admin/oauth/bearertoken/revoke.html", context)
 
     @admin.action(description="Revoke selected tokens")
     def revoke(self, request: HttpRequest, queryset: QuerySet[BearerToken]) -> None:

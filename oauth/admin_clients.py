@@ -1,28 +1,65 @@
-"""OAuth clients and their tokens in the admin: read-only lists with audited revoke actions.
+"""OAuth clients ("Connected apps") and their tokens in the admin: read-only pages with audited revocation.
 
 Replaces the toolkit's admin pages, which would let an admin edit a client into `skip_authorization` or another
-grant type, and show empty token columns (tokens are stored hashed). Authorization codes live 60 seconds and
-OIDC is off, so their pages are dropped.
+grant type, and show empty token columns (tokens are stored hashed). They are registered through proxies of this
+app (oauth.models.ConnectedApp...), so they list under Credentials as "Connected apps", not under the toolkit's
+name. Registration tokens (no user, scope `oauth2_provider:registration`) are internal and listed nowhere.
+Authorization codes live 60 seconds and OIDC is off, so their pages are dropped.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q, QuerySet
-from django.http import HttpRequest
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from oauth2_provider.models import AccessToken, Application, Grant, IDToken, RefreshToken
 
 from audit.log import event, request_actor
-from oauth.credentials import application_label
+from oauth.credential_activity import (
+    app_calls,
+    approvals,
+    credential_audit_url,
+    last_use,
+    recent_calls,
+    running_count,
+)
+from oauth.credentials import KIND_OAUTH, application_label
+from oauth.models import SCOPE_WORDS, ConnectedApp, ConnectedAppAccessToken, ConnectedAppRefreshToken
 from oauth.revocation import revoke_access_tokens, revoke_clients
+
+REGISTRATION_SCOPE = "oauth2_provider:registration"
+CLIENT_REVOKED_MESSAGE = (
+    "Revoked every token of “{name}”. It is refused from its next request and must be approved again to connect; "
+    "its running tool calls were cancelled and its background processes are being stopped."
+)
 
 for model in (Application, AccessToken, RefreshToken, Grant, IDToken):
     if admin.site.is_registered(model):
         admin.site.unregister(model)
 
 
+def without_registration_tokens(tokens: QuerySet[Any]) -> QuerySet[Any]:
+    return tokens.exclude(user__isnull=True, scope=REGISTRATION_SCOPE)
+
+
+def scope_in_words(scope: str) -> str:
+    words = [f"{name} ({SCOPE_WORDS[name]})" if name in SCOPE_WORDS else name for name in scope.split()]
+    return "; ".join(words) or "none"
+
+
 class ReadOnlyAdmin(admin.ModelAdmin):
+    view_on_site = False  # the toolkit's get_absolute_url names its own views, which are not served here
+
+    class Media:
+        css = {"all": ["oauth/credentials.css"]}
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
@@ -33,7 +70,15 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
-@admin.register(Application)
+def live_tokens_of(application: Application) -> QuerySet[AccessToken]:
+    return (
+        AccessToken.objects.filter(application=application, user__isnull=False, expires__gt=timezone.now())
+        .select_related("user")
+        .order_by("-created")
+    )
+
+
+@admin.register(ConnectedApp)
 class ClientAdmin(ReadOnlyAdmin):
     list_display = [
         "name",
@@ -58,6 +103,7 @@ class ClientAdmin(ReadOnlyAdmin):
         "updated",
     ]
     actions = ["revoke", "revoke_and_remove"]
+    change_form_template = "admin/oauth/connectedapp/change_form.html"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Application]:
         live = Q(accesstoken__expires__gt=timezone.now(), accesstoken__user__isnull=False)
@@ -81,6 +127,79 @@ class ClientAdmin(ReadOnlyAdmin):
     @admin.display(description="live access tokens")
     def live_tokens(self, obj: Application) -> int:
         return int(getattr(obj, "live_token_count", 0))
+
+    def may_revoke(self, request: HttpRequest) -> bool:
+        # Like the list's revoke action: whoever may see the connected apps may cut one off.
+        return self.has_view_permission(request)
+
+    # --- the connected app's page ----------------------------------------------------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        prefix = f"{self.opts.app_label}_{self.opts.model_name}"
+        own = [path("<path:object_id>/revoke/", self.admin_site.admin_view(self.revoke_view), name=f"{prefix}_revoke")]
+        return own + super().get_urls()
+
+    def app_detail(self, request: HttpRequest, application: Application) -> dict[str, Any]:
+        calls = app_calls(application.name, application.client_id)
+        recent = recent_calls(calls)
+        tokens = list(live_tokens_of(application))
+        # Each access token is a credential of its own in the audit log (a refresh makes a new one).
+        seen: dict[str, str] = {}
+        for token_id in [str(token.pk) for token in tokens] + list(calls[:200].values_list("credential_id", flat=True)):
+            seen.setdefault(token_id, credential_audit_url(KIND_OAUTH, token_id))
+        registration = getattr(application, "sandstorm_registration", None)
+        return {
+            "app": application,
+            "app_label": application_label(application.name, application.client_id),
+            "registration": registration,
+            "approvals": approvals(application.client_id),
+            "live_tokens": [{"token": token, "scope_words": scope_in_words(token.scope)} for token in tokens],
+            "last_use": last_use(calls),
+            "recent_calls": recent,
+            "token_audit_links": list(seen.items())[:10],
+            "revoke_url": reverse("admin:oauth_connectedapp_revoke", args=[application.pk])
+            if self.may_revoke(request)
+            else "",
+        }
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict[str, Any] | None = None) -> HttpResponse:  # fmt: skip
+        application = self.get_object(request, unquote(object_id))
+        if application is not None and self.has_view_permission(request, application):
+            extra_context = {
+                **(extra_context or {}),
+                **self.app_detail(request, application),
+                "title": f"Connected app “{application.name or application.client_id}”",
+            }
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        return super().changelist_view(request, {"title": "Connected apps", **(extra_context or {})})
+
+    def revoke_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        application = self.get_object(request, unquote(object_id))
+        if application is None:
+            raise Http404("No such connected app.")
+        if not self.may_revoke(request):
+            raise PermissionDenied
+        app_url = reverse("admin:oauth_connectedapp_change", args=[application.pk])
+        name = application.name or application.client_id
+        if request.method == "POST":
+            revoke_clients(Application.objects.filter(pk=application.pk), request_actor(request))
+            self.message_user(request, CLIENT_REVOKED_MESSAGE.format(name=name), messages.SUCCESS)
+            return HttpResponseRedirect(app_url)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": f"Revoke connected app “{name}”?",
+            "app": application,
+            "app_name": name,
+            "live_tokens": live_tokens_of(application).count(),
+            "running": running_count(app_calls(application.name, application.client_id)),
+            "app_url": app_url,
+            "media": self.media,
+        }
+        return TemplateResponse(request, "admin/oauth/connectedapp/revoke.html", context)
 
     @admin.action(description="Revoke every token of the selected clients")
     def revoke(self, request: HttpRequest, queryset: QuerySet[Application]) -> None:
@@ -109,7 +228,7 @@ class ClientAdmin(ReadOnlyAdmin):
         )
 
 
-@admin.register(AccessToken)
+@admin.register(ConnectedAppAccessToken)
 class AccessTokenAdmin(ReadOnlyAdmin):
     list_display = ["id", "user", "application", "scope", "kind", "created", "expires"]
     list_filter = ["application"]
@@ -118,17 +237,17 @@ class AccessTokenAdmin(ReadOnlyAdmin):
     actions = ["revoke"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[AccessToken]:
-        return super().get_queryset(request).select_related("user", "application")
+        return without_registration_tokens(super().get_queryset(request).select_related("user", "application"))
 
     @admin.display(description="kind")
     def kind(self, obj: AccessToken) -> str:
         if obj.user_id is None:
-            return "registration" if obj.scope == "oauth2_provider:registration" else "no user (refused)"
+            return "no user (refused)"
         return "expired" if obj.is_expired() else "access"
 
     @admin.action(description="Revoke the selected access tokens (with their refresh tokens)")
     def revoke(self, request: HttpRequest, queryset: QuerySet[AccessToken]) -> None:
-        count = revoke_access_tokens(queryset, request_actor(request))
+        count = revoke_access_tokens(AccessToken.objects.filter(pk__in=queryset.values("pk")), request_actor(request))
         self.message_user(
             request,
             f"Revoked {count} access token(s) and their refresh-token families; the running tool calls and background processes of their clients are being stopped.",
@@ -136,7 +255,7 @@ class AccessTokenAdmin(ReadOnlyAdmin):
         )
 
 
-@admin.register(RefreshToken)
+@admin.register(ConnectedAppRefreshToken)
 class RefreshTokenAdmin(ReadOnlyAdmin):
     list_display = ["id", "user", "application", "token_family", "created", "revoked"]
     list_filter = [("revoked", admin.EmptyFieldListFilter), "application"]

@@ -1,10 +1,4 @@
 from django.apps import AppConfig
-from django.urls import reverse
-
-
-def bearer_token_page(credential_id: str) -> str | None:
-    """The admin page of a bearer token (where it is revoked), for the audit log's call pages."""
-    return reverse("admin:oauth_bearertoken_change", args=[credential_id]) if credential_id.isdigit() else None
 
 
 class OAuthConfig(AppConfig):
@@ -14,6 +8,8 @@ class OAuthConfig(AppConfig):
     def ready(self) -> None:
         from audit.credential_links import register_credential_link
         from oauth import throttle  # noqa: F401  (counts failed admin logins)
-        from oauth.credentials import KIND_BEARER
+        from oauth.credential_pages import app_page, app_revoke_page, bearer_token_page, bearer_token_revoke_page
+        from oauth.credentials import KIND_BEARER, KIND_OAUTH
 
-        register_credential_link(KIND_BEARER, bearer_token_page)
+        register_credential_link(KIND_BEARER, bearer_token_page, revoke=bearer_token_revoke_page)
+        register_credential_link(KIND_OAUTH, app_page, revoke=app_revoke_page)

@@ -10,12 +10,18 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import models
 from django.utils import timezone
+from oauth2_provider.models import AccessToken, Application, RefreshToken
 from oauth2_provider.settings import oauth2_settings
 
 TOKEN_PREFIX = "sst_"
 SCOPE_ALL = "mcp"
 SCOPE_READ = "mcp:read"
 SCOPE_CHOICES = [(SCOPE_ALL, "mcp: every tool"), (SCOPE_READ, "mcp:read: read-only tools")]
+# What a scope lets an agent do, in one line (mcpserver.registry: the tools marked read_only, or read_only_when).
+SCOPE_WORDS = {
+    SCOPE_ALL: "every tool: run commands, write, move and delete files, install packages, git (clone, commit, push)",
+    SCOPE_READ: "read-only tools: read files, list directories, git status, diff, log and branches, describe the host",
+}
 # Writing last_used_at on every call would make each tool call a database write; a minute is precise enough.
 LAST_USED_PRECISION = timedelta(minutes=1)
 
@@ -71,6 +77,12 @@ class BearerToken(models.Model):
     class Meta:
         ordering = ["-created_at"]
         verbose_name = "bearer token"
+        constraints = [
+            # An expired token keeps its name until it is revoked: it still has a page, an audit trail and a row.
+            models.UniqueConstraint(
+                fields=["name"], condition=models.Q(revoked_at__isnull=True), name="oauth_bearer_active_name"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
@@ -88,6 +100,13 @@ class BearerToken(models.Model):
     @property
     def scopes(self) -> frozenset[str]:
         return frozenset(self.scope.split())
+
+    @property
+    def status(self) -> str:
+        """ "active", "expired" or "revoked"."""
+        if self.revoked_at is not None:
+            return "revoked"
+        return "active" if self.is_active else "expired"
 
 
 class ClientRegistration(models.Model):
@@ -206,3 +225,29 @@ class KnownLoginAddress(models.Model):
 
     def __str__(self) -> str:
         return f"known sign-in address of user {self.user_id}"
+
+
+# The toolkit's models as this app's "Connected apps": proxies, so the admin lists them under Credentials with
+# names of ours (an app's section title is its verbose_name, which the toolkit's own app config fixes).
+class ConnectedApp(Application):
+    class Meta:
+        proxy = True
+        verbose_name = "connected app"
+
+    def get_absolute_url(self) -> str:
+        # The toolkit's own points at its management views, which this project does not serve.
+        from django.urls import reverse
+
+        return reverse("admin:oauth_connectedapp_change", args=[self.pk])
+
+
+class ConnectedAppAccessToken(AccessToken):
+    class Meta:
+        proxy = True
+        verbose_name = "connected-app access token"
+
+
+class ConnectedAppRefreshToken(RefreshToken):
+    class Meta:
+        proxy = True
+        verbose_name = "connected-app refresh token"

@@ -17,6 +17,46 @@ from oauth.models import SCOPE_ALL, BearerToken, Revocation, hash_token, new_tok
 from oauth.revocation import announce
 
 BOOTSTRAP_NAME = "bootstrap"
+NAME_LENGTH = BearerToken._meta.get_field("name").max_length or 100
+
+
+class NameTaken(ValueError):
+    """An unrevoked token already has this name (names are unique among unrevoked tokens)."""
+
+    def __init__(self, holder: BearerToken) -> None:
+        self.holder = holder
+        super().__init__(name_taken_message(holder))
+
+
+def name_taken_message(holder: BearerToken) -> str:
+    """Why a name cannot be used, naming the token that holds it and what to do."""
+    text = (
+        f"The name {holder.name!r} is taken by token {holder.prefix}… (#{holder.pk}, of {holder.user.get_username()})"
+    )
+    if holder.status == "expired":
+        return f"{text}, which expired but is not revoked: revoke it to free the name, or choose another."
+    return f"{text}: choose another name."
+
+
+def name_holder(name: str, *, exclude_pk: int | None = None) -> BearerToken | None:
+    """The unrevoked token named `name` (expired ones included), if any."""
+    tokens = BearerToken.objects.filter(name=name, revoked_at__isnull=True).select_related("user")
+    if exclude_pk is not None:
+        tokens = tokens.exclude(pk=exclude_pk)
+    return tokens.first()
+
+
+def free_name(base: str) -> str:
+    """`base`, or the first of "base (2)", "base (3)"... that no unrevoked token holds."""
+    if name_holder(base) is None:
+        return base
+    number = 2
+    while True:
+        suffix = f" ({number})"
+        candidate = base[: NAME_LENGTH - len(suffix)] + suffix
+        if name_holder(candidate) is None:
+            return candidate
+        number += 1
 
 
 def token_detail(token: BearerToken) -> dict[str, Any]:
@@ -32,7 +72,9 @@ def token_detail(token: BearerToken) -> dict[str, Any]:
 def issue_token(
     user: User, name: str, *, scope: str = SCOPE_ALL, expires_days: int | None = None, by: Actor | None = None
 ) -> tuple[BearerToken, str]:
-    """Create a token and return it with its secret, which is not stored and cannot be shown again."""
+    """Create a token and return it with its secret, which is not stored and cannot be shown again.
+
+    Raises NameTaken if an unrevoked token already has this name."""
     raw = new_token_secret()
     token = BearerToken(name=name, user=user, scope=scope)
     if expires_days is not None:
@@ -43,10 +85,22 @@ def issue_token(
 
 
 def save_new_token(token: BearerToken, by: Actor | None) -> None:
-    """Save a new token and record its creation in the audit log, in one transaction."""
-    with transaction.atomic():
-        token.save()
-        event("token.created", by, **token_detail(token))
+    """Save a new token and record its creation in the audit log, in one transaction.
+
+    Raises NameTaken if an unrevoked token already has its name (checked first, and by the database's constraint
+    for a token saved at the same moment)."""
+    holder = name_holder(token.name)
+    if holder is not None:
+        raise NameTaken(holder)
+    try:
+        with transaction.atomic():
+            token.save()
+            event("token.created", by, **token_detail(token))
+    except IntegrityError:
+        holder = name_holder(token.name)
+        if holder is None:
+            raise  # not the name: the same secret's hash, saved at the same moment
+        raise NameTaken(holder) from None
 
 
 def revoke_tokens(tokens: QuerySet[BearerToken], by: Actor | None) -> int:
@@ -68,18 +122,23 @@ def shell_actor() -> Actor:
 
 
 def import_bootstrap_token(user: User, raw: str) -> bool:
-    """Import SANDSTORM_MCP_TOKEN as the token named 'bootstrap'. True if a new row was made.
+    """Import SANDSTORM_MCP_TOKEN as the token named 'bootstrap' (or 'bootstrap (2)'... if an unrevoked token holds
+    that name). True if a new row was made.
 
     Matching is by hash, so a revoked bootstrap token stays revoked while the variable still holds it.
     """
     if len(raw) < 16:
         raise ValueError("SANDSTORM_MCP_TOKEN must be at least 16 characters long")
-    if BearerToken.objects.filter(token_hash=hash_token(raw)).exists():
-        return False
-    token = BearerToken(name=BOOTSTRAP_NAME, user=user, scope=SCOPE_ALL)
-    token.set_secret(raw)
-    try:
-        save_new_token(token, shell_actor())
-    except IntegrityError:  # another process imported it at the same moment
-        return False
-    return True
+    for _attempt in range(3):  # a name taken between free_name and the save: take the next one
+        if BearerToken.objects.filter(token_hash=hash_token(raw)).exists():
+            return False
+        token = BearerToken(name=free_name(BOOTSTRAP_NAME), user=user, scope=SCOPE_ALL)
+        token.set_secret(raw)
+        try:
+            save_new_token(token, shell_actor())
+        except NameTaken:
+            continue
+        except IntegrityError:  # another process imported it at the same moment
+            return False
+        return True
+    return False

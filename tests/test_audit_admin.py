@@ -332,7 +332,7 @@ def test_a_call_page_links_to_the_credential_the_session_and_revocation(admin_cl
     content = admin_client.get(f"{CHANGELIST}{call.pk}/change/").content.decode()
     assert f'href="{CHANGELIST}?credential=bearer%3A7"' in content
     assert f'href="{CHANGELIST}?session=session-a"' in content
-    assert f'href="{reverse("admin:oauth_bearertoken_change", args=["7"])}"' in content
+    assert f'href="{reverse("admin:oauth_bearertoken_revoke", args=["7"])}"' in content
 
 
 def test_a_call_of_an_oauth_client_has_no_token_revocation_link(admin_client: Client) -> None:

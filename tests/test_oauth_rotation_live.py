@@ -171,7 +171,7 @@ def test_revoking_a_client_in_the_admin_cuts_off_its_tokens_and_is_audited(serve
         server,
         f"from oauth2_provider.models import Application; print(Application.objects.get(client_id={client.client_id!r}).pk)",
     ).strip()
-    answer = run_admin_action(admin, "/admin/oauth2_provider/application/", "revoke", pk)
+    answer = run_admin_action(admin, "/admin/oauth/connectedapp/", "revoke", pk)
     assert "Revoked the tokens of 1 client" in answer.text
     assert mcp_status(server, str(tokens["access_token"])).status_code == 401
     assert refresh(server, client, str(tokens["refresh_token"])).status_code == 400
@@ -189,7 +189,7 @@ def test_revoking_an_access_token_in_the_admin_revokes_its_refresh_token_too(ser
         server,
         "from oauth2_provider.models import AccessToken; print(AccessToken.objects.filter(user__isnull=False).latest('id').pk)",
     ).strip()
-    run_admin_action(admin, "/admin/oauth2_provider/accesstoken/", "revoke", pk)
+    run_admin_action(admin, "/admin/oauth/connectedappaccesstoken/", "revoke", pk)
     assert mcp_status(server, str(tokens["access_token"])).status_code == 401
     assert refresh(server, client, str(tokens["refresh_token"])).status_code == 400
     assert any(e["detail"]["token_id"] == int(pk) for e in audit_events(server, "oauth.token_revoked"))
@@ -212,9 +212,9 @@ def test_an_oauth_client_list_never_shows_token_values(server: LiveServer) -> No
     admin = AdminSession(server)
     tokens = obtain_tokens(server, admin, register(server))
     for page in (
-        "/admin/oauth2_provider/accesstoken/",
-        "/admin/oauth2_provider/refreshtoken/",
-        "/admin/oauth2_provider/application/",
+        "/admin/oauth/connectedappaccesstoken/",
+        "/admin/oauth/connectedapprefreshtoken/",
+        "/admin/oauth/connectedapp/",
     ):
         text = admin.http.get(page).text
         assert str(tokens["access_token"]) not in text and str(tokens["refresh_token"]) not in text

@@ -156,9 +156,7 @@ async def test_revoking_an_oauth_client_stops_its_background_processes(
         server,
         f"from oauth2_provider.models import Application; print(Application.objects.get(client_id={client.client_id!r}).pk)",
     ).strip()
-    assert "Revoked the tokens of 1 client" in run_admin_action(
-        admin, "/admin/oauth2_provider/application/", "revoke", pk
-    )
+    assert "Revoked the tokens of 1 client" in run_admin_action(admin, "/admin/oauth/connectedapp/", "revoke", pk)
     await assert_stopped_and_audited(server, pid, kept=[token_b[1], kept_pid])
 
 
@@ -174,7 +172,7 @@ async def test_revoking_an_oauth_access_token_stops_its_background_processes(
         "from oauth2_provider.models import AccessToken; "
         f"print(AccessToken.objects.filter(application__client_id={client.client_id!r}, user__isnull=False).latest('id').pk)",
     ).strip()
-    run_admin_action(admin, "/admin/oauth2_provider/accesstoken/", "revoke", pk)
+    run_admin_action(admin, "/admin/oauth/connectedappaccesstoken/", "revoke", pk)
     await assert_stopped_and_audited(server, pid, kept=[token_b[1], kept_pid])
 
 

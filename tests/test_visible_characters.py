@@ -104,7 +104,7 @@ def test_names_chosen_by_clients_and_admins_are_spelled_out_on_their_pages(admin
         redirect_uris="http://127.0.0.1/cb", user=None,
     )  # fmt: skip
     issue_token(user, f"laptop{RLO}")
-    for url in ("/admin/oauth2_provider/application/", "/admin/oauth/bearertoken/"):
+    for url in ("/admin/oauth/connectedapp/", "/admin/oauth/bearertoken/"):
         page = admin_client.get(url)
         assert page.status_code == 200, url
         html = page.content.decode()

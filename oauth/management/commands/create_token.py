@@ -6,7 +6,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from oauth.models import SCOPE_ALL, SCOPE_READ
-from oauth.tokens import issue_token, shell_actor
+from oauth.tokens import NameTaken, issue_token, shell_actor
 
 
 class Command(BaseCommand):
@@ -25,7 +25,10 @@ class Command(BaseCommand):
         days = options["expires_days"]
         if days is not None and days < 1:
             raise CommandError("--expires-days must be at least 1")
-        token, raw = issue_token(user, options["name"], scope=options["scope"], expires_days=days, by=shell_actor())
+        try:
+            token, raw = issue_token(user, options["name"], scope=options["scope"], expires_days=days, by=shell_actor())
+        except NameTaken as taken:
+            raise CommandError(str(taken)) from None
         expiry = f", expires {token.expires_at:%Y-%m-%d %H:%M} UTC" if token.expires_at else ""
         self.stderr.write(
             f"Created token {token.name!r} ({token.prefix}…) for {user.get_username()}, scope {token.scope}{expiry}."
