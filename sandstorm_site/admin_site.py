@@ -13,6 +13,7 @@ from typing import Any
 
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
 from django.urls import URLPattern, URLResolver, path
 
 from oauth import second_factor
@@ -23,8 +24,14 @@ from oauth.views import second_factor as second_factor_views
 class SandstormAdminSite(admin.AdminSite):
     site_header = "Sandstorm"
     site_title = "Sandstorm admin"
-    index_title = "Tokens, clients and audit"
+    index_title = "Status"
     login_form = ThrottledLoginForm  # the consent page signs in here too
+
+    def index(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> TemplateResponse:
+        """A status page (sandstorm_site.home) above the stock list of models."""
+        from sandstorm_site.home import status_context  # models are not ready when the site class is imported
+
+        return super().index(request, {**status_context(), **(extra_context or {})})
 
     def has_permission(self, request: HttpRequest) -> bool:
         return super().has_permission(request) and second_factor.is_satisfied(request)
@@ -35,7 +42,11 @@ class SandstormAdminSite(admin.AdminSite):
             step = second_factor.pending_step(request, second_factor.safe_next(request, request.GET.get("next")))
             if step is not None and second_factor.is_staff(request.user):
                 return HttpResponseRedirect(step)
-        response = super().login(request, extra_context)
+        # Coming from an OAuth authorization request: the look of the consent card, naming the application that
+        # asks (templates/admin/login.html chooses).
+        from sandstorm_site.sign_in import sign_in_context  # models are not ready when the site class is imported
+
+        response = super().login(request, {**sign_in_context(request), **(extra_context or {})})
         if request.method == "POST" and response.status_code == 302 and request.user.is_authenticated:
             # The password was right; where Django would go next (`next`, validated by its login view) waits.
             going_to = second_factor.safe_next(request, response["Location"])

@@ -68,6 +68,9 @@ REGISTRATION_RATE_LIMIT = env_int("SANDSTORM_REGISTRATION_RATE_LIMIT", 20)
 # Staff sign-in: a second factor (TOTP, recovery codes) is required of every staff user who set one up; with this
 # on, of every staff user, who must set one up before anything else (oauth/second_factor.py).
 REQUIRE_SECOND_FACTOR = env_bool("SANDSTORM_REQUIRE_SECOND_FACTOR", False)
+# Client ID metadata documents (a client_id that is an https URL, fetched by this server: needs outbound HTTPS).
+# Off: not advertised, and clients register dynamically instead.
+CLIENT_METADATA_DOCUMENTS = env_bool("SANDSTORM_CLIENT_METADATA_DOCUMENTS", True)
 # Variables a tool process may see beyond the fixed clean set (comma-separated names).
 TOOL_ENV_ALLOW = tuple(name for name in env_str("SANDSTORM_TOOL_ENV_ALLOW", "").split(",") if name.strip())
 # Limits of tool processes, applied by the executor (development: passed to the one the server starts; production:
@@ -285,10 +288,11 @@ OAUTH2_PROVIDER = {
     "DCR_ENABLED": True,
     "DCR_REGISTRATION_PERMISSION_CLASSES": ("oauth2_provider.dcr.AllowAllDCRPermission",),
     "DCR_REGISTRATION_TOKEN_EXPIRE_SECONDS": 30 * 24 * 3600,
-    # Client ID metadata documents, fetched with the toolkit's SSRF-hardened fetcher (https only, public
-    # addresses only, no redirects, small and bounded in time).
-    "CIMD_ENABLED": True,
-    "CIMD_METADATA_FETCHER": "oauth2_provider.cimd.SafeMetadataFetcher",
+    # Client ID metadata documents (SANDSTORM_CLIENT_METADATA_DOCUMENTS), fetched with the toolkit's SSRF-hardened
+    # fetcher (https only, public addresses only, no redirects, small and bounded in time), through a wrapper that
+    # keeps why a fetch failed for the error page (oauth/metadata_documents.py).
+    "CIMD_ENABLED": CLIENT_METADATA_DOCUMENTS,
+    "CIMD_METADATA_FETCHER": "oauth.metadata_documents.ExplainingMetadataFetcher",
     "CIMD_FETCH_TIMEOUT_SECONDS": 5,
     "CIMD_MAX_DOCUMENT_SIZE": 16 * 1024,  # also the cap of a registration's body (oauth/views/registration.py)
     # RFC 9728: the protected resource is exactly <public url>/mcp, served by this issuer.

@@ -46,8 +46,18 @@ SECURITY_VALUES = {
     "DCR_ENABLED": True,
     "DCR_REGISTRATION_PERMISSION_CLASSES": ("oauth2_provider.dcr.AllowAllDCRPermission",),
     "CIMD_ENABLED": True,
-    "CIMD_METADATA_FETCHER": "oauth2_provider.cimd.SafeMetadataFetcher",  # the SSRF-hardened fetcher
+    # The SSRF-hardened fetcher, through a wrapper that keeps why a fetch failed (asserted below).
+    "CIMD_METADATA_FETCHER": "oauth.metadata_documents.ExplainingMetadataFetcher",
 }
+
+
+def test_client_metadata_documents_are_fetched_by_the_ssrf_hardened_fetcher() -> None:
+    from oauth2_provider.cimd import SafeMetadataFetcher
+
+    from oauth.metadata_documents import ExplainingMetadataFetcher
+
+    assert oauth2_settings.CIMD_METADATA_FETCHER is ExplainingMetadataFetcher
+    assert ExplainingMetadataFetcher.base is SafeMetadataFetcher
 
 
 @pytest.mark.parametrize(("name", "value"), sorted(SECURITY_VALUES.items()))

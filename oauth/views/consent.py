@@ -6,7 +6,10 @@
 - It names the client, the host it redirects to (warning for loopback and for clients registered minutes ago) and
   the scope in plain words; Approve / Deny; CSRF; `X-Frame-Options: DENY` and a strict Content-Security-Policy.
 - Only `S256` PKCE and only our resource are accepted, refused before the page is shown.
+- It says how long access lasts, and offers "Approve read-only instead" when the client asked for `mcp`.
 - Every decision is recorded in the audit log; Deny sends `access_denied` (with `iss`) to the client.
+- A client ID metadata document that could not be fetched is explained (oauth.metadata_documents), not left as
+  "Invalid client_id parameter value.".
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from oauthlib.oauth2.rfc6749 import errors
 from audit.log import event, request_actor
 from oauth.agent_identity import agent_user
 from oauth.credentials import application_label
+from oauth.lifetimes import access_duration_text
+from oauth.metadata_documents import unknown_client_explanation
 from oauth.models import SCOPE_ALL, SCOPE_READ, ClientRegistration
 from oauth.policy import resource_target_error
 from oauth.redirects import is_loopback, redirect_host
@@ -41,6 +46,8 @@ CSP = (
 )
 
 
+# The consent form's second approve button: the same grant with `mcp:read` in place of `mcp`.
+READ_ONLY_FIELD = "read_only"
 UNREPORTED_AGENT_USER = "the agent user (the tool executor has not reported yet)"
 
 
@@ -63,6 +70,12 @@ def scope_descriptions(scopes: list[str], user: str) -> list[str]:
             f"as {user} on this host ({host}). No commands and no changes."
         ]
     return []
+
+
+def read_only_scope(scope: str) -> str:
+    """`scope` with `mcp` replaced by `mcp:read` (the approver may narrow what the client asked for, never widen)."""
+    scopes = [SCOPE_READ if name == SCOPE_ALL else name for name in scope.split()]
+    return " ".join(dict.fromkeys(scopes))
 
 
 def with_issuer(url: str) -> str:
@@ -142,11 +155,15 @@ class ConsentView(AuthorizationView):
                 registered_minutes_ago=int(age.total_seconds() // 60) if age < RECENT_REGISTRATION else None,
             )
         user = agent_os_user()
+        scopes = context.get("scopes") or []
         context.update(
             redirect_host=redirect_host(redirect_uri),
             redirect_is_loopback=is_loopback(redirect_uri),
-            scope_lines=scope_descriptions(context.get("scopes") or [], user),
+            scope_lines=scope_descriptions(scopes, user),
             agent_user=user,
+            access_duration=access_duration_text(),
+            read_only_field=READ_ONLY_FIELD,
+            read_only_offer=scope_descriptions([SCOPE_READ], user)[0] if SCOPE_ALL in scopes else "",
         )
         return context
 
@@ -161,8 +178,10 @@ class ConsentView(AuthorizationView):
         response["Cache-Control"] = "no-store"
         return response
 
-    def error_page(self, error: str, description: str, status: int) -> HttpResponse:
-        context = {"error": error, "description": description}
+    def error_page(
+        self, error: str, description: str, status: int, explanation: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        context = {"error": error, "description": description, "explanation": explanation}
         return self.protect(TemplateResponse(self.request, "oauth/error.html", context, status=status))
 
     def error_response(self, error: OAuthToolkitError, application: Application | None, **kwargs: Any) -> HttpResponse:
@@ -170,7 +189,12 @@ class ConsentView(AuthorizationView):
         if redirect:
             return self.redirect(response["url"], application)
         oauthlib_error = response["error"]
-        return self.error_page(oauthlib_error.error, oauthlib_error.description, oauthlib_error.status_code)
+        explanation = None
+        if isinstance(oauthlib_error, errors.InvalidClientIdError):
+            explanation = unknown_client_explanation(self.request.GET.get("client_id", ""))
+        return self.error_page(
+            oauthlib_error.error, oauthlib_error.description, oauthlib_error.status_code, explanation
+        )
 
     def redirect(self, redirect_to: str, application: Application | None) -> HttpResponse:
         return super().redirect(with_issuer(redirect_to), application)
@@ -183,6 +207,10 @@ class ConsentView(AuthorizationView):
         application = Application.objects.filter(client_id=client_id).first()
         if application is None:
             return self.error_page("invalid_client", "This client is not registered here.", 400)
+        if self.request.POST.get(READ_ONLY_FIELD):
+            # "Approve read-only instead": an approval, of the narrower scope.
+            form.cleaned_data["allow"] = True
+            form.cleaned_data["scope"] = read_only_scope(form.cleaned_data.get("scope", ""))
         response = super().form_valid(form)
         location = response.get("Location", "")
         query = dict(parse_qsl(urlsplit(location).query))
