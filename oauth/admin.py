@@ -12,12 +12,13 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
+from django.urls import URLPattern, path
 
 from audit.log import request_actor
 from oauth import admin_clients  # noqa: F401  (OAuth clients and tokens)
 from oauth.models import BearerToken, CredentialRotation, new_token_secret
 from oauth.tokens import revoke_tokens, save_new_token
-from oauth.views.rotation import rotation_page
+from oauth.views.rotation import RESULT_URL_NAME, rotation_page, rotation_result
 
 NEW_SECRET_ATTRIBUTE = "_sandstorm_new_token_secret"
 
@@ -107,3 +108,11 @@ class CredentialRotationAdmin(admin.ModelAdmin):
         if not self.has_view_permission(request):
             raise PermissionDenied
         return rotation_page(self, request)
+
+    def get_urls(self) -> list[URLPattern]:
+        # The result page, reached by the redirect after the rotation; before the stock `<object_id>/` patterns.
+        def result(request: HttpRequest, ticket: str) -> HttpResponse:
+            return rotation_result(self, request, ticket)
+
+        view = self.admin_site.admin_view(result)
+        return [path("result/<str:ticket>/", view, name=RESULT_URL_NAME), *super().get_urls()]
