@@ -18,9 +18,10 @@ $(STAMP): pyproject.toml requirements.lock | check-python
 
 venv: check-python $(STAMP)
 
+# One command (mcpserver/management/commands/run.py): the port first, then bootstrap, then Daphne; the banner once
+# /health answers.
 run: venv
-	$(PY) manage.py bootstrap
-	$(PY) manage.py serve
+	$(PY) manage.py run
 
 test: lint
 	$(PY) manage.py makemigrations --check --dry-run

@@ -117,6 +117,40 @@ def admin_login_failed(record: AuditRecord, detail: Detail) -> SafeString:
     return format_html("login failed for ‘{}’{}", record.username, from_address(record))
 
 
+def second_factor_enrolled(record: AuditRecord, detail: Detail) -> SafeString:
+    return format_html("{} set up a second factor{}", who(record), from_address(record))
+
+
+def second_factor_verified(record: AuditRecord, detail: Detail) -> SafeString:
+    return format_html("{} gave the second factor ({}){}", who(record), _text(detail, "by"), from_address(record))
+
+
+def second_factor_failed(record: AuditRecord, detail: Detail) -> SafeString:
+    step = " while setting it up" if _text(detail, "step") == "set-up" else ""
+    return format_html(
+        "wrong second-factor code ({}) for ‘{}’{}{}", _text(detail, "by"), record.username, step, from_address(record)
+    )
+
+
+def second_factor_throttled(record: AuditRecord, detail: Detail) -> SafeString:
+    return format_html(
+        "second-factor codes throttled for ‘{}’{} after repeated wrong codes", record.username, from_address(record)
+    )
+
+
+def recovery_code_used(record: AuditRecord, detail: Detail) -> SafeString:
+    return format_html(
+        "{} signed in with a recovery code{} ({} left)",
+        who(record),
+        from_address(record),
+        _text(detail, "recovery_codes_left"),
+    )
+
+
+def second_factor_reset(record: AuditRecord, detail: Detail) -> SafeString:
+    return format_html("{} removed the second factor of ‘{}’", who(record), _text(detail, "user"))
+
+
 def admin_login_throttled(record: AuditRecord, detail: Detail) -> SafeString:
     return format_html("sign-in throttled for ‘{}’{} after repeated failures", record.username, from_address(record))
 
@@ -287,6 +321,12 @@ SENTENCES: dict[str, Sentence] = {
     "admin.login": admin_login,
     "admin.login_failed": admin_login_failed,
     "admin.login_throttled": admin_login_throttled,
+    "admin.second_factor_enrolled": second_factor_enrolled,
+    "admin.second_factor_verified": second_factor_verified,
+    "admin.second_factor_failed": second_factor_failed,
+    "admin.second_factor_throttled": second_factor_throttled,
+    "admin.recovery_code_used": recovery_code_used,
+    "admin.second_factor_reset": second_factor_reset,
     "auth.failed": auth_failed,
     "audit.full": audit_full,
     "audit.pruned": audit_pruned,

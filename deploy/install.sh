@@ -847,7 +847,7 @@ summary() {
 Sandstorm is running at $PUBLIC_URL
   MCP endpoint:     $PUBLIC_URL/mcp
   Claude.ai:        Settings > Connectors > Add custom connector, URL $PUBLIC_URL/mcp
-  Claude Code:      claude mcp add --transport http sandstorm $PUBLIC_URL/mcp --header "Authorization: Bearer <token>"
+  Claude Code:      claude mcp remove -s user sandstorm 2>/dev/null; claude mcp add -s user --transport http sandstorm $PUBLIC_URL/mcp --header 'Authorization: Bearer <token>'
   Admin:            $PUBLIC_URL/admin/  (user admin)
   Second factor:    to require it of every staff user: SANDSTORM_REQUIRE_SECOND_FACTOR=1 in $ENV_FILE, then systemctl restart $SERVICE
   New token:        sudo sandstorm-manage create_token NAME

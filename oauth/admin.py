@@ -34,7 +34,7 @@ from oauth.credentials import KIND_BEARER
 from oauth.models import SCOPE_WORDS, BearerToken, CredentialRotation, new_token_secret
 from oauth.token_form import NewTokenForm, RenameTokenForm
 from oauth.tokens import revoke_tokens, save_new_token
-from oauth.views.rotation import rotation_page
+from oauth.views.rotation import RESULT_URL_NAME, rotation_page, rotation_result
 
 CREATED_WHAT = "bearer_token_created"
 TICKET_ATTRIBUTE = "_sandstorm_new_token_ticket"
@@ -233,3 +233,11 @@ class CredentialRotationAdmin(admin.ModelAdmin):
         if not self.has_view_permission(request):
             raise PermissionDenied
         return rotation_page(self, request)
+
+    def get_urls(self) -> list[URLPattern]:
+        # The result page, reached by the redirect after the rotation; before the stock `<object_id>/` patterns.
+        def result(request: HttpRequest, ticket: str) -> HttpResponse:
+            return rotation_result(self, request, ticket)
+
+        view = self.admin_site.admin_view(result)
+        return [path("result/<str:ticket>/", view, name=RESULT_URL_NAME), *super().get_urls()]

@@ -132,7 +132,7 @@ def page_of(row: dict[str, Any], applications: dict[str, int]) -> str:
         return reverse("admin:oauth_bearertoken_change", args=[row["credential_id"]])
     match = CLIENT_LABEL.search(row["credential_name"]) if row["credential_kind"] == KIND_OAUTH else None
     application = applications.get(match["client_id"]) if match else None
-    return reverse("admin:oauth2_provider_application_change", args=[application]) if application else ""
+    return reverse("admin:oauth_connectedapp_change", args=[application]) if application else ""
 
 
 def expiring_tokens(now: datetime) -> list[dict[str, Any]]:

@@ -93,7 +93,7 @@ def test_the_home_page_shows_each_item_of_the_status(home: Client, monkeypatch: 
     assert "alice" in rotation
     tasks = section(html, "tasks")
     for link in (
-        "/admin/oauth/bearertoken/", "/admin/oauth/bearertoken/add/", "/admin/oauth2_provider/application/",
+        "/admin/oauth/bearertoken/", "/admin/oauth/bearertoken/add/", "/admin/oauth/connectedapp/",
         "/admin/audit/auditrecord/", "/admin/audit/securityevent/", "/admin/audit/overview/",
         "/admin/oauth/credentialrotation/",
     ):  # fmt: skip

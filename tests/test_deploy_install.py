@@ -36,6 +36,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from oauth.claude_code import claude_code_line
 from tests.live import REPO, poll
 
 # The installer starts the installed units' server and executor for real (the production wiring, minus systemd).
@@ -486,7 +487,9 @@ def test_first_install_migrates_creates_the_admin_and_prints_a_token_once(
     out = result.stdout
     assert "Sandstorm is ready." in out
     assert "Token:      sst_" in out and "shown once" in out
-    assert f"claude mcp add --transport http sandstorm https://{DOMAIN}/mcp" in out
+    token = re.findall(r"Token: +(sst_\S+)", out)[0]
+    assert claude_code_line(f"https://{DOMAIN}/mcp", "<token>") in out, "the summary's line, with a placeholder"
+    assert f"  {claude_code_line(f'https://{DOMAIN}/mcp', token)}\n" in out, "the banner's, with the token"
     assert "installer-test-password" not in out + result.stderr
     assert (host.prefix / "var/lib/sandstorm-mcp/sandstorm.sqlite3").exists()
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import html
+import re
 import secrets
 from collections.abc import Iterator
 from typing import Any
@@ -72,8 +74,12 @@ def test_the_sign_in_from_an_authorization_request_names_the_application_in_the_
     assert 'name="username"' in page and 'name="password"' in page
 
     signed = browser.post(answer["Location"], {**form, "username": "approver", "password": "approver-password-1"})
-    assert signed.status_code == 302 and signed["Location"] == form["next"]
-    assert 'id="consent-card"' in browser.get(signed["Location"]).content.decode()
+    # An approver with no second factor is offered one first; "Not now" goes on to the consent card.
+    assert signed.status_code == 302 and signed["Location"].startswith("/admin/second-factor/offer/?next=")
+    offer = browser.get(signed["Location"]).content.decode()
+    not_now = re.search(r'href="([^"]+)" id="second-factor-not-now"', offer)
+    assert not_now is not None and html.unescape(not_now.group(1)) == form["next"]
+    assert 'id="consent-card"' in browser.get(form["next"]).content.decode()
 
 
 def test_a_wrong_password_on_the_card_is_said_on_the_card(staff: Any) -> None:

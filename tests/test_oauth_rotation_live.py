@@ -29,6 +29,7 @@ from tests.oauth_flow import (
 
 pytestmark = [pytest.mark.live]
 ROTATE_PAGE = "/admin/oauth/credentialrotation/"
+RESULT_PAGE = re.compile(r"^/admin/oauth/credentialrotation/result/[\w-]+/$")
 DEADLINE = 20.0
 
 
@@ -79,8 +80,12 @@ async def test_rotating_in_the_admin_cuts_off_bearer_and_oauth_credentials_at_on
                 done = await anyio.to_thread.run_sync(
                     lambda: admin.http.post(ROTATE_PAGE, data=form, headers={"Referer": f"{server.url}{ROTATE_PAGE}"})
                 )
-        assert done.status_code == 200 and "no-store" in done.headers["cache-control"]
-        new_token = secret_on(done.text)
+        assert done.status_code == 302 and RESULT_PAGE.match(done.headers["location"]), "POST -> redirect -> GET"
+        shown = admin.http.get(done.headers["location"])
+        assert shown.status_code == 200 and "no-store" in shown.headers["cache-control"]
+        new_token = secret_on(shown.text)
+        again = admin.http.get(done.headers["location"])
+        assert new_token not in again.text and "already shown" in again.text
 
         assert results["call"].is_error and "cancelled" in text_of(results["call"])
         assert live_pids_with(call_marker) == []
@@ -99,7 +104,9 @@ async def test_rotating_in_the_admin_cuts_off_bearer_and_oauth_credentials_at_on
         assert rotated["username"] == "admin" and rotated["credential_kind"] == "session"
         detail = rotated["detail"]
         assert (detail["bearer_tokens"], detail["clients"], detail["sessions"]) == (2, 1, 1)
-        assert detail["access_tokens"] >= 1 and detail["refresh_tokens"] == 1 and detail["stop_background"] is True
+        assert (detail["access_tokens"], detail["registration_tokens"], detail["refresh_tokens"]) == (1, 1, 1)
+        assert detail["stop_background"] is True
+        assert "Revoked 2 bearer tokens, 1 OAuth access token, 1 refresh token" in shown.text
         admin.close()
         other_admin.close()
 
@@ -204,6 +211,7 @@ def test_the_rotation_page_is_for_superusers_only_and_linked_from_the_admin_inde
     create_staff_user(server, "helper", "helper-password-123")
     staff = AdminSession(server, "helper", "helper-password-123")
     assert staff.http.get(ROTATE_PAGE).status_code == 403
+    assert staff.http.get(f"{ROTATE_PAGE}result/some-ticket/").status_code == 403
     assert ROTATE_PAGE not in staff.http.get("/admin/").text
     staff.close()
 

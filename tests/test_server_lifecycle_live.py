@@ -12,6 +12,7 @@ import httpx2
 import psutil
 import pytest
 
+from oauth.claude_code import claude_code_line
 from tests.database import end_connections, requires_postgres
 from tests.live import INITIALIZE, MCP_HEADERS, auth_headers, make_server, mcp_client, poll, running_server, text_of
 
@@ -22,7 +23,7 @@ def test_bootstrap_prints_secrets_once_and_a_revoked_bootstrap_token_stays_revok
     server = make_server(tmp_path, SANDSTORM_ADMIN_PASSWORD="")
     first = server.manage("bootstrap").stdout
     assert "Password:" in first and "shown once" in first
-    assert "claude mcp add --transport http sandstorm" in first and server.mcp_url in first
+    assert claude_code_line(server.mcp_url, "<the value of SANDSTORM_MCP_TOKEN>") in first
     assert server.token not in first  # imported from SANDSTORM_MCP_TOKEN, never echoed
     second = server.manage("bootstrap").stdout
     assert "shown once" not in second
@@ -37,7 +38,10 @@ def test_bootstrap_without_a_token_variable_prints_a_first_token_that_works(tmp_
     output = server.manage("bootstrap").stdout
     token = next(line.split()[1] for line in output.splitlines() if line.strip().startswith("Token:"))
     assert token.startswith("sst_")
-    assert f'--header "Authorization: Bearer {token}"' in output
+    assert f"  {claude_code_line(server.mcp_url, token)}\n" in output
+    assert "(named 'first-run')" in output
+    [name] = [row["name"] for row in server.database.query("SELECT name FROM oauth_bearertoken")]
+    assert name == "first-run", "the README and the banner name the first token as bootstrap makes it"
     assert token not in server.manage("bootstrap").stdout
     server.token = token
     server.start()

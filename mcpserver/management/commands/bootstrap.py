@@ -11,10 +11,20 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
+from oauth.claude_code import claude_code_line
 from oauth.models import BearerToken
 from oauth.tokens import import_bootstrap_token, issue_token, shell_actor
 
 ADMIN_USERNAME = "admin"
+FIRST_TOKEN_NAME = "first-run"
+# Marks the banner lines that hold a secret shown once (`manage.py run` keeps a banner with them if the server fails).
+SHOWN_ONCE = "<- shown once"
+
+
+def manage_hint() -> str:
+    """How the operator runs manage.py here: through sandstorm-manage on an installed server (which has a separate
+    tool executor), from the checkout's virtualenv under `make run`."""
+    return "sudo sandstorm-manage" if settings.EXECUTOR_SOCKET else ".venv/bin/python manage.py"
 
 
 class Command(BaseCommand):
@@ -57,17 +67,18 @@ class Command(BaseCommand):
             return None
         if BearerToken.objects.exists():
             return None
-        return issue_token(admin, "first-run", by=shell_actor())[1]
+        return issue_token(admin, FIRST_TOKEN_NAME, by=shell_actor())[1]
 
     def report(self, password: str | None, token: str | None) -> None:
         write = self.stdout.write
+        manage = manage_hint()
         write("")
         write("Sandstorm is ready.")
         write(f"  Admin:      {settings.PUBLIC_URL}/admin/  (user: {ADMIN_USERNAME})")
         if password:
-            write(f"  Password:   {password}   <- shown once; change it in the admin")
+            write(f"  Password:   {password}   {SHOWN_ONCE}; change it in the admin")
         elif not settings.ADMIN_PASSWORD:
-            write("  Password:   the one printed on first run (reset it: manage.py changepassword admin)")
+            write(f"  Password:   the one printed on first run (reset it: {manage} changepassword {ADMIN_USERNAME})")
         write(f"  MCP URL:    {settings.MCP_RESOURCE_URL}")
         write(f"  Workspace:  {settings.WORKSPACE_ROOT}")
         if not settings.EXECUTOR_SOCKET:
@@ -81,14 +92,12 @@ class Command(BaseCommand):
             else "offered at sign-in; to require it of every staff user: SANDSTORM_REQUIRE_SECOND_FACTOR=1"
         )
         write(f"  2FA:        {require}")
-        shown = token or ("$SANDSTORM_MCP_TOKEN" if settings.MCP_BOOTSTRAP_TOKEN else "<your token>")
         if token:
-            write(f"  Token:      {token}   <- shown once; only its hash is stored")
+            write(f"  Token:      {token}   {SHOWN_ONCE} (named {FIRST_TOKEN_NAME!r}); only its hash is stored")
         elif not settings.MCP_BOOTSTRAP_TOKEN:
-            write("  Token:      the one printed on first run, or a new one: manage.py create_token NAME")
+            write(f"  Token:      the one printed on first run, or a new one: {manage} create_token NAME")
+        shown = token or ("<the value of SANDSTORM_MCP_TOKEN>" if settings.MCP_BOOTSTRAP_TOKEN else "<your token>")
         write("")
-        write("Connect Claude Code:")
-        write(
-            f'  claude mcp add --transport http sandstorm {settings.MCP_RESOURCE_URL} --header "Authorization: Bearer {shown}"'
-        )
+        write("Connect Claude Code (for all your projects; it replaces an earlier 'sandstorm' entry):")
+        write(f"  {claude_code_line(settings.MCP_RESOURCE_URL, shown)}")
         write("")

@@ -8,6 +8,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from mcpserver.listening import daphne_endpoint, listen_tcp
+
 # sd_listen_fds(3): the first socket systemd passes is file descriptor 3.
 SYSTEMD_FIRST_FD = 3
 
@@ -25,26 +27,36 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        # Daphne's own access log records query strings (a token could sit there): sandstorm_site.accesslog
-        # logs requests instead. Verbosity 0 with no --access-log turns it off (1 would print it on stdout); our
-        # logging configuration, not Daphne's, sets the levels. `-m daphne`: the interpreter we run under.
-        argv = [sys.executable, "-m", "daphne", "--verbosity", "0"]
         if options["systemd_socket"]:
             require_systemd_socket()
             # Twisted's systemd endpoint adopts it. Importing Daphne (Django's app loading) had Twisted take
             # LISTEN_PID, LISTEN_FDS and LISTEN_FDNAMES out of this process's environment: they are put back for
             # the Daphne exec'd below, which is this same process (same pid).
             os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS="1", LISTEN_FDNAMES="daphne")
-            argv += ["--proxy-headers", "-e", "systemd:domain=UNIX:index=0"]
+            where = ["--proxy-headers", "-e", "systemd:domain=UNIX:index=0"]
         elif options["unix_socket"]:
-            argv += ["--proxy-headers", "-u", options["unix_socket"]]
+            where = ["--proxy-headers", "-u", options["unix_socket"]]
         else:
-            argv += ["-b", settings.MCP_HOST, "-p", str(settings.MCP_PORT)]
-        argv.append("sandstorm_site.asgi:application")
+            # Bound here, before Daphne: a taken port is one line naming SANDSTORM_MCP_PORT, not a Twisted traceback.
+            # Held in a variable: the socket must stay open (not be collected) until the exec below.
+            listener = listen_tcp(settings.MCP_HOST, settings.MCP_PORT)
+            where = daphne_endpoint(listener, settings.MCP_HOST, settings.MCP_PORT)
         self.stdout.write(f"Starting Daphne: {settings.PUBLIC_URL} (Ctrl-C to stop)")
         sys.stdout.flush()
-        os.chdir(settings.BASE_DIR)
-        os.execv(sys.executable, argv)
+        exec_daphne(where)
+
+
+def daphne_argv(where: list[str]) -> list[str]:
+    # Daphne's own access log records query strings (a token could sit there): sandstorm_site.accesslog logs
+    # requests instead. Verbosity 0 with no --access-log turns it off (1 would print it on stdout); our logging
+    # configuration, not Daphne's, sets the levels. `-m daphne`: the interpreter we run under.
+    return [sys.executable, "-m", "daphne", "--verbosity", "0", *where, "sandstorm_site.asgi:application"]
+
+
+def exec_daphne(where: list[str]) -> None:
+    """Become Daphne (same pid: signals and exit codes are Daphne's), serving on `where`."""
+    os.chdir(settings.BASE_DIR)
+    os.execv(sys.executable, daphne_argv(where))
 
 
 def require_systemd_socket() -> None:

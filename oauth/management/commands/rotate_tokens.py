@@ -5,7 +5,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from oauth.rotation import rotate_all
+from oauth.rotation import describe, rotate_all
 from oauth.tokens import shell_actor
 
 
@@ -34,11 +34,9 @@ class Command(BaseCommand):
             stop_background=not options["keep_background"],
             keep_bearer=options["keep_bearer"],
         )
-        counts = result.counts
+        token = result.new_token
         self.stderr.write(
-            f"Rotated: revoked {counts.bearer_tokens} bearer token(s), {counts.access_tokens} OAuth access token(s), "
-            f"{counts.refresh_tokens} refresh token(s) and {counts.grants} pending code(s) of {counts.clients} client(s); "
-            f"signed out {counts.sessions} admin session(s). New bearer token {result.new_token.prefix}… for "
+            f"Rotated. {describe(result.counts)} New bearer token {token.name!r} ({token.prefix}…) for "
             f"{user.get_username()}, shown once:"
         )
         self.stdout.write(result.new_secret)
