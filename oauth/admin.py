@@ -20,7 +20,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
 from audit.log import request_actor
-from oauth import admin_clients, shown_once  # noqa: F401  (admin_clients: the OAuth clients' pages)
+from oauth import admin_clients, admin_devices, shown_once  # noqa: F401  (the OAuth clients' pages; no device pages)
 from oauth.claude_code import claude_code_line
 from oauth.credential_activity import (
     bearer_calls,

@@ -326,3 +326,11 @@ def test_the_devices_throttle_is_on(settings: Any) -> None:
     assert middleware.index("django_otp.middleware.OTPMiddleware") > middleware.index(
         "django.contrib.auth.middleware.AuthenticationMiddleware"
     )
+
+
+def test_second_factor_devices_have_no_admin_pages_that_could_remove_one_unrecorded() -> None:
+    from django.contrib import admin
+    from django_otp.plugins.otp_static.models import StaticDevice
+    from django_otp.plugins.otp_totp.models import TOTPDevice
+
+    assert not admin.site.is_registered(TOTPDevice) and not admin.site.is_registered(StaticDevice)
