@@ -12,7 +12,7 @@ from typing import TypeVar
 import anyio
 import httpx2
 import pytest
-from playwright.sync_api import Page
+from playwright.sync_api import Page, expect
 
 from tests.artifacts import artifact_dir
 from tests.live import INITIALIZE, MCP_HEADERS, LiveServer, auth_headers, mcp_client
@@ -127,9 +127,11 @@ def test_revoke_this_credential_on_a_call_page_reaches_the_confirmation(
     ).strip()
     admin_page.goto(f"{live_server.url}/admin/audit/auditrecord/{record}/change/")
     admin_page.click("#revoke-credential")
-    assert "/revoke/" in admin_page.url and admin_page.locator("#revoke-form").is_visible()
+    admin_page.wait_for_url("**/revoke/")
+    expect(admin_page.locator("#revoke-form")).to_be_visible()
     assert mcp_status(live_server, secret) == 200
     admin_page.click("#revoke-form input[type=submit]")
+    expect(admin_page.locator(".messagelist")).to_contain_text("Revoked")  # the redirect after the revocation
     assert mcp_status(live_server, secret) == 401
 
 
@@ -173,9 +175,10 @@ def test_a_connected_app_after_a_real_pkce_flow_shows_who_approved_it_and_its_to
         assert response.status < 500, link.get_attribute("href")
 
     page.click("#app-revoke")
+    page.wait_for_url("**/revoke/")
     assert oauth_mcp_status(live_server, str(tokens["access_token"])).status_code == 200
     page.click("#revoke-form input[type=submit]")
-    assert "Revoked every token" in page.inner_text(".messagelist")
+    expect(page.locator(".messagelist")).to_contain_text("Revoked every token")
     assert oauth_mcp_status(live_server, str(tokens["access_token"])).status_code == 401
 
 

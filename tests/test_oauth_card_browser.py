@@ -19,6 +19,7 @@ import pytest
 from playwright.sync_api import Browser, Page, ViewportSize
 
 from tests.artifacts import artifact_dir
+from tests.browser import past_the_second_factor_offer
 from tests.live import LiveServer, free_port, mcp_client, running_server, text_of
 from tests.oauth_flow import AdminSession, Client, authorize_url, exchange, pkce, query_of, register, shell
 
@@ -112,6 +113,7 @@ def sign_in(page: Page, server: LiveServer) -> None:
     page.fill("#id_username", "admin")
     page.fill("#id_password", server.admin_password)
     page.click("input[type=submit]")
+    past_the_second_factor_offer(page, server)
 
 
 def call_in_thread(function: Any) -> Any:

@@ -10,6 +10,7 @@ import anyio
 import pytest
 from playwright.sync_api import Browser, Page
 
+from tests.browser import past_the_second_factor_offer
 from tests.live import LiveServer, mcp_client, poll, text_of
 from tests.oauth_flow import authorize_url, pkce, register
 
@@ -71,6 +72,7 @@ def test_a_client_name_with_an_override_is_spelled_out_on_the_consent_page(
         page.fill("#id_username", "admin")
         page.fill("#id_password", oauth_server.admin_password)
         page.click("input[type=submit]")
+        past_the_second_factor_offer(page, oauth_server)
         page.wait_for_selector("#consent-form")
         assert page.inner_text("#client-name") == "Claude⟪U+202E⟫gnp.exe"
         assert RLO not in page.content()
