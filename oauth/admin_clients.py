@@ -13,6 +13,7 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
+from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
@@ -54,7 +55,17 @@ def scope_in_words(scope: str) -> str:
     return "; ".join(words) or "none"
 
 
+def may_revoke(request: HttpRequest, opts: Any) -> bool:
+    """Revoking changes what a connected app may do: it takes the model's change permission (as revoking a bearer
+    token does), though nothing here is edited; a staff user who may only view cannot cut anyone off."""
+    return bool(request.user.has_perm(f"{opts.app_label}.{get_permission_codename('change', opts)}"))
+
+
 class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_revoke_permission(self, request: HttpRequest) -> bool:
+        """Who may use the revoke actions and pages (`permissions=["revoke"]`)."""
+        return may_revoke(request, self.opts)
+
     view_on_site = False  # the toolkit's get_absolute_url names its own views, which are not served here
 
     class Media:
@@ -129,8 +140,7 @@ class ClientAdmin(ReadOnlyAdmin):
         return int(getattr(obj, "live_token_count", 0))
 
     def may_revoke(self, request: HttpRequest) -> bool:
-        # Like the list's revoke action: whoever may see the connected apps may cut one off.
-        return self.has_view_permission(request)
+        return self.has_revoke_permission(request)
 
     # --- the connected app's page ----------------------------------------------------------------------------------
 
@@ -201,7 +211,7 @@ class ClientAdmin(ReadOnlyAdmin):
         }
         return TemplateResponse(request, "admin/oauth/connectedapp/revoke.html", context)
 
-    @admin.action(description="Revoke every token of the selected clients")
+    @admin.action(description="Revoke every token of the selected clients", permissions=["revoke"])
     def revoke(self, request: HttpRequest, queryset: QuerySet[Application]) -> None:
         count = revoke_clients(queryset, request_actor(request))
         self.message_user(
@@ -210,7 +220,7 @@ class ClientAdmin(ReadOnlyAdmin):
             messages.SUCCESS,
         )
 
-    @admin.action(description="Revoke and remove the selected clients")
+    @admin.action(description="Revoke and remove the selected clients", permissions=["revoke"])
     def revoke_and_remove(self, request: HttpRequest, queryset: QuerySet[Application]) -> None:
         actor = request_actor(request)
         chosen = list(queryset)
@@ -245,7 +255,7 @@ class AccessTokenAdmin(ReadOnlyAdmin):
             return "no user (refused)"
         return "expired" if obj.is_expired() else "access"
 
-    @admin.action(description="Revoke the selected access tokens (with their refresh tokens)")
+    @admin.action(description="Revoke the selected access tokens (with their refresh tokens)", permissions=["revoke"])
     def revoke(self, request: HttpRequest, queryset: QuerySet[AccessToken]) -> None:
         count = revoke_access_tokens(AccessToken.objects.filter(pk__in=queryset.values("pk")), request_actor(request))
         self.message_user(

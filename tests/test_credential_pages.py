@@ -336,6 +336,33 @@ def test_revoking_a_connected_app_asks_first(client_as_admin: Client, admin_user
     assert AuditRecord.objects.filter(event="oauth.client_revoked").count() == 1
 
 
+def test_a_staff_user_who_may_only_view_cannot_revoke_anything(
+    client: Client, admin_user: User, django_user_model: type[User]
+) -> None:
+    from django.contrib.auth.models import Permission
+
+    viewer = django_user_model.objects.create_user("viewer", password="pw-for-tests-456", is_staff=True)
+    viewer.user_permissions.set(Permission.objects.filter(codename__startswith="view_"))
+    app, live = make_app(admin_user)
+    token, _ = issue_token(admin_user, "laptop")
+    client.force_login(viewer)
+    app_page_html = client.get(reverse("admin:oauth_connectedapp_change", args=[app.pk])).content.decode()
+    assert reverse("admin:oauth_connectedapp_revoke", args=[app.pk]) not in app_page_html
+    listed = client.get(reverse("admin:oauth_connectedapp_changelist")).content.decode()
+    assert 'value="revoke"' not in listed and 'value="revoke_and_remove"' not in listed
+    for url in (
+        reverse("admin:oauth_connectedapp_revoke", args=[app.pk]),
+        reverse("admin:oauth_bearertoken_revoke", args=[token.pk]),
+    ):
+        assert client.post(url).status_code == 403
+    refused = client.post(
+        reverse("admin:oauth_connectedapp_changelist"), {"action": "revoke", "_selected_action": [app.pk]}
+    )
+    assert refused.status_code in (200, 302)  # the admin says "no action selected"; nothing is revoked
+    assert AccessToken.objects.filter(pk=live.pk).exists()
+    assert BearerToken.objects.get(pk=token.pk).revoked_at is None
+
+
 def test_a_call_of_a_connected_app_links_to_its_revocation_even_after_a_refresh(admin_user: User) -> None:
     app, live = make_app(admin_user)
     call_started(app_actor(app, live), "fs_read", {"path": "a"}, "i")
