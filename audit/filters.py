@@ -44,7 +44,7 @@ SEARCH_PARAM = "q"
 # The changelist's own parameters (page, ordering, error flag, show all, facets, search all records): they select
 # nothing. (An export always searches all records.)
 PASSIVE_PARAMS = frozenset({"p", "o", "e", "all", "_facets", "search_all"})
-VALUE_FILTERS = ("tool", "outcome", "user", "credential", "credential_kind", "session")
+VALUE_FILTERS = ("tool", "outcome", "user", "credential", "credential_kind", "credential_name", "session")
 DATE_FILTERS = ("range", "since", "until", "created_at__gte", "created_at__lt")
 FILTER_PARAMS = (*VALUE_FILTERS, *DATE_FILTERS)
 DAY_PATTERN = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -165,6 +165,9 @@ VALUE_FILTER_QUERIES: dict[str, Callable[[QuerySet[AuditRecord], Sequence[str]],
     "user": _column("username"),
     "credential": _credential,
     "credential_kind": _column("credential_kind"),
+    # The name a credential had in its calls: an OAuth client's label is the same for each of its access tokens
+    # (a new one, a new credential id, at every refresh), so its calls are found by it.
+    "credential_name": _column("credential_name"),
     "session": _column("session_id"),
 }
 

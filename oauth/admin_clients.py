@@ -24,6 +24,7 @@ from oauth2_provider.models import AccessToken, Application, Grant, IDToken, Ref
 
 from audit.log import event, request_actor
 from oauth.credential_activity import (
+    app_audit_url,
     app_calls,
     approvals,
     credential_audit_url,
@@ -167,6 +168,10 @@ class ClientAdmin(ReadOnlyAdmin):
             "last_use": last_use(calls),
             "recent_calls": recent,
             "token_audit_links": list(seen.items())[:10],
+            "audit_url": app_audit_url(application.name, application.client_id),
+            "failed_yesterday_url": app_audit_url(
+                application.name, application.client_id, outcome="failed", range="yesterday"
+            ),
             "revoke_url": reverse("admin:oauth_connectedapp_revoke", args=[application.pk])
             if self.may_revoke(request)
             else "",

@@ -109,6 +109,11 @@ def credential_audit_url(kind: str, credential_id: int | str) -> str:
     return audit_list_url(credential=f"{kind}:{credential_id}")
 
 
+def app_audit_url(name: str, client_id: str, **more: str) -> str:
+    """The audit list of an OAuth client's calls: by its label, the same for every access token it held."""
+    return audit_list_url(credential_kind=KIND_OAUTH, credential_name=application_label(name, client_id), **more)
+
+
 def failed_yesterday_url(kind: str, credential_id: int | str) -> str:
     """The audit list of this credential's failed calls yesterday (the list's `outcome=failed` and `range=yesterday`
     choices)."""

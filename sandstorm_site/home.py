@@ -120,8 +120,10 @@ def connected_clients(now: datetime) -> list[dict[str, Any]]:
         row["page_url"] = page_of(row, applications)
         credential = f"{row['credential_kind']}:{row['credential_id']}"
         if row["credential_kind"] == KIND_OAUTH:
-            # The calls of the client's newest access token; its older ones are by the same name in the list.
-            row["calls_url"] = changelist(credential=credential)
+            # By the client's label: every access token it held in the day (a new one at each refresh).
+            row["calls_url"] = changelist(
+                credential_kind=KIND_OAUTH, credential_name=row["credential_name"], created_at__gte=stamp(since)
+            )
         else:
             row["calls_url"] = changelist(credential=credential, created_at__gte=stamp(since))
     return clients

@@ -83,10 +83,11 @@ def test_a_wrong_parameter_is_named_in_the_error(query: str, parameter: str, wor
 
 
 def make_call(tool: str, outcome: str | None, credential: str = "7", at: datetime | None = None) -> AuditRecord:
-    actor = Actor(username="alice", credential_kind="bearer", credential_id=credential, credential_name="laptop")
+    label = "laptop" if credential == "7" else "phone"
+    actor = Actor(username="alice", credential_kind="bearer", credential_id=credential, credential_name=label)
     started = AuditRecord(kind=KIND_STARTED, created_at=at or timezone.now(), call_id=f"{tool}-{outcome}-{credential}",
                           tool=tool, arguments={"command": "true"},
-                          **{name: getattr(actor, name) for name in ("username", "credential_kind", "credential_id")})  # fmt: skip
+                          **{name: getattr(actor, name) for name in ("username", "credential_kind", "credential_id", "credential_name")})  # fmt: skip
     append_all([started])
     if outcome is not None:
         append_all([AuditRecord(kind=KIND_FINISHED, created_at=started.created_at, call_id=started.call_id, started=started,
@@ -116,6 +117,7 @@ CASES = [
     ("tool=file_read&tool=git_status", {"read-ok", "git-denied"}),
     ("credential=bearer:8&outcome=failed", {"git-denied", "exec-interrupted"}),
     ("credential=bearer:7&credential=bearer:8&tool=git_status", {"git-denied"}),
+    ("credential_name=phone&outcome=failed", {"git-denied", "exec-interrupted"}),  # a connected app's calls, by name
     ("outcome=failed&range=yesterday", {"exec-cancelled-yesterday"}),
     ("outcome=failed&range=today&tool=terminal_exec", {"exec-error", "exec-timeout", "exec-interrupted"}),
     ("tool=&outcome=&range=", None),  # an empty form: every call

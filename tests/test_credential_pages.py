@@ -322,6 +322,28 @@ def test_a_connected_app_page_shows_approvals_live_tokens_calls_and_no_view_on_s
     assert reverse("admin:oauth_connectedapp_revoke", args=[app.pk]) in content
 
 
+def test_a_connected_apps_audit_link_lists_the_calls_of_every_access_token_it_held(
+    client_as_admin: Client, admin_user: User
+) -> None:
+    app, first = make_app(admin_user)
+    before = call_started(app_actor(app, first), "fs_read", {"path": "before-refresh"}, "i")
+    AccessToken.objects.filter(pk=first.pk).delete()  # a refresh: the next calls are under a new access token
+    second = AccessToken.objects.create(
+        application=app, user=admin_user, scope="mcp:read", token="t-2", expires=timezone.now() + timedelta(hours=1)
+    )
+    after = call_started(app_actor(app, second), "fs_read", {"path": "after-refresh"}, "i")
+    other, other_token = make_app(admin_user, name=f"Claude (client {app.client_id})")  # a look-alike name
+    call_started(app_actor(other, other_token), "fs_read", {"path": "look-alike"}, "i")
+
+    content = client_as_admin.get(reverse("admin:oauth_connectedapp_change", args=[app.pk])).content.decode()
+    link = re.search(r'id="app-audit" href="([^"]+)"', content)
+    assert link is not None
+    listed = client_as_admin.get(link.group(1).replace("&amp;", "&"))
+    assert {record.pk for record in listed.context["cl"].result_list} == {before.pk, after.pk}
+    failed = re.search(r'id="app-failed-yesterday" href="([^"]+)"', content)
+    assert failed is not None and "outcome=failed" in failed.group(1) and "range=yesterday" in failed.group(1)
+
+
 def test_revoking_a_connected_app_asks_first(client_as_admin: Client, admin_user: User) -> None:
     app, live = make_app(admin_user)
     url = reverse("admin:oauth_connectedapp_revoke", args=[app.pk])

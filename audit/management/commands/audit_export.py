@@ -26,6 +26,7 @@ OPTION_PARAMS = {
     "user": "user",
     "credential": "credential",
     "credential_kind": "credential_kind",
+    "credential_name": "credential_name",
     "session": "session",
     "range": "range",
     "since": "since",
@@ -103,6 +104,7 @@ class Command(BaseCommand):
             ("user", "the user"),
             ("credential", "the credential, written kind:id (bearer:3)"),
             ("credential-kind", "the credential kind (bearer, oauth)"),
+            ("credential-name", "the credential's name as the calls recorded it (an OAuth client's label)"),
             ("session", "the MCP session id"),
         ):
             parser.add_argument(
