@@ -12,7 +12,7 @@ from playwright.sync_api import Page
 
 from tests.browser import log_in_as_admin
 from tests.live import LiveServer, running_server
-from tests.oauth_flow import audit_events, mcp_status
+from tests.oauth_flow import AdminSession, audit_events, mcp_status, obtain_tokens, register, shell
 
 pytestmark = [pytest.mark.live, pytest.mark.browser]
 ROTATE_PAGE = "/admin/oauth/credentialrotation/"
@@ -99,3 +99,38 @@ def test_a_rotation_with_no_confirm_field_rotates_nothing(page: Page, server: Li
     assert page.url == f"{server.url}{ROTATE_PAGE}"
     assert page.locator("#token-secret").count() == 0
     assert len(audit_events(server, "credentials.rotated")) == before
+
+
+def test_the_counts_promised_are_the_counts_cut_and_leave_out_what_no_longer_works(
+    page: Page, server: LiveServer
+) -> None:
+    """The old page promised "3 bearer tokens" and reported "Revoked 5" (expired ones counted), and called client
+    registration tokens access tokens."""
+    rotate(page, server)  # start from nothing but the token this makes
+    shell(
+        server,
+        "from datetime import timedelta; from django.utils import timezone; from oauth.models import BearerToken; "
+        "BearerToken.objects.update(expires_at=timezone.now() - timedelta(days=1))",
+    )  # every token so far has expired: none of them may be counted
+    for name in ("count-a", "count-b"):
+        server.create_token(name)
+    client = register(server, client_name="Counted app")  # a registration token, and no access token yet
+    session = AdminSession(server)
+    try:
+        obtain_tokens(server, session, client, scope="mcp:read")  # one real access token and one refresh token
+    finally:
+        session.close()
+
+    page.goto(f"{server.url}{ROTATE_PAGE}")
+    promised = {
+        name: page.inner_text(f"#count-{name}") for name in ("bearer", "clients", "access", "refresh", "registration")
+    }
+    assert promised == {"bearer": "2", "clients": "1", "access": "1", "refresh": "1", "registration": "1"}
+    cut = page.inner_text("#cut-bearer")
+    assert "count-a" in cut and "count-b" in cut
+    rotate(page, server)
+    summary = page.inner_text("#rotation-summary")
+    assert "2 bearer tokens" in summary and "1 OAuth access token" in summary and "Revoked 2 " in summary, summary
+    [newest] = audit_events(server, "credentials.rotated")[-1:]
+    detail = newest["detail"]
+    assert (detail["bearer_tokens"], detail["access_tokens"], detail["clients"]) == (2, 1, 1)
