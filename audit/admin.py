@@ -1,8 +1,7 @@
-"""The audit log in the admin: read-only lists of calls and of security events, and a page per call.
+"""The audit log's calls in the admin: the call list (its filter bar, cells and search window) and a page per call.
 
-Nobody, superusers included, may add, change or delete a record here. The lists stay fast on millions of records:
-they never count the table (a page is fetched with one row more, which says whether an older page exists), never
-sort by anything but the primary key, and build their filter choices from the newest records only.
+The lists never count and never change a record (audit.admin_lists); the security events have their own list
+(audit.admin_events, imported here so that the admin finds it).
 """
 
 from __future__ import annotations
@@ -12,23 +11,20 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin
-from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import PAGE_VAR, ChangeList
-from django.contrib.auth import get_permission_codename
-from django.core.paginator import Page, Paginator
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.text import Truncator
 
+from audit import admin_events  # noqa: F401  (registers the security events' admin)
+from audit.admin_lists import SEARCH_ALL_PARAM, NoCountChangeList, ReadOnlyAuditAdmin, recent_values
 from audit.credential_links import revoke_link
-from audit.event_sentences import event_sentence
 from audit.export import call_queryset, finished_of, redacted_in, search_calls
 from audit.filter_bar import filter_bar, query
 from audit.filters import (
@@ -39,77 +35,15 @@ from audit.filters import (
     InvalidFilter,
     param_lists,
     parse_filters,
-    parse_moment,
 )
-from audit.models import KIND_EVENT, KIND_STARTED, AuditRecord, SecurityEvent
+from audit.models import KIND_STARTED, AuditRecord
 
-# Filter choices come from this many newest records: a DISTINCT over the whole table would read all of it.
-RECENT_RECORDS = 20_000
 # A search in the list looks through this many newest records unless asked for all: a search that matches little
 # reads every record it may look at (about a second per million here); the exports always search everything.
 SEARCH_WINDOW = 200_000
-SEARCH_ALL_PARAM = "search_all"
 SUMMARY_CHARS = 80
 # The argument that says most about a call, by tool family; otherwise the first argument.
 SUMMARY_KEYS = ("command", "repo_url", "path", "packages", "message", "branch", "name", "pid")
-CHANGELIST_TEMPLATE = "admin/audit/auditrecord/change_list.html"
-
-
-class NoCountPaginator(Paginator):
-    """A paginator that never counts the table: it reads its page plus one row, so `count` is exact up to the
-    current page and one more than that when an older page exists."""
-
-    def __init__(self, object_list: QuerySet[AuditRecord], per_page: int, page_number: int = 1) -> None:
-        super().__init__(object_list, per_page)
-        self.page_number = max(page_number, 1)
-
-    @cached_property
-    def rows(self) -> list[AuditRecord]:
-        offset = (self.page_number - 1) * self.per_page
-        return list(self.object_list[offset : offset + self.per_page + 1])
-
-    @cached_property
-    def count(self) -> int:
-        return (self.page_number - 1) * self.per_page + len(self.rows)
-
-    @property
-    def has_more(self) -> bool:
-        return len(self.rows) > self.per_page
-
-    def page(self, number: Any) -> Page:
-        number = self.validate_number(number)
-        if number == self.page_number:
-            return Page(self.rows[: self.per_page], number, self)
-        return super().page(number)
-
-
-class NoCountChangeList(ChangeList):
-    """A changelist that shows the rows its NoCountPaginator already read.
-
-    When everything fits on one page, Django's changelist lists the whole queryset again instead of the page: a
-    second run of the same query, which for a search that matches little scans the table twice.
-    """
-
-    def get_filters_params(self, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        lookup_params = super().get_filters_params(params)
-        lookup_params.pop(SEARCH_ALL_PARAM, None)  # not a filter: how far a search looks
-        return lookup_params
-
-    def get_results(self, request: HttpRequest) -> None:
-        super().get_results(request)
-        paginator = self.paginator
-        if not self.multi_page and isinstance(paginator, NoCountPaginator) and paginator.page_number == 1:
-            self.result_list = paginator.rows[: paginator.per_page]  # the lazy queryset above is never run
-
-
-def recent_values(kind: str, *fields: str) -> list[tuple[Any, ...]]:
-    """The distinct values of `fields` among the newest RECENT_RECORDS records of `kind`."""
-    newest = AuditRecord.objects.order_by("-id").values_list("id", flat=True).first()
-    if newest is None:
-        return []
-    recent = AuditRecord.objects.filter(kind=kind, id__gt=newest - RECENT_RECORDS)
-    return list(recent.values_list(*fields).distinct().order_by(*fields))
-
 
 RECENT_CALL_FIELDS = ("tool", "username", "credential_kind", "credential_id", "credential_name")
 
@@ -122,39 +56,6 @@ def recent_calls(request: HttpRequest) -> list[tuple[str, ...]]:
         found = recent_values(KIND_STARTED, *RECENT_CALL_FIELDS)
         request._audit_recent_calls = found  # type: ignore[attr-defined]  # a cache for this request only
     return found
-
-
-class DateFilter(admin.DateFieldListFilter):
-    """The admin's date links (today, past 7 days, ...) for the security events, read as the call list reads its
-    `created_at__gte` and `created_at__lt`."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.title = "date"
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[AuditRecord]) -> QuerySet[AuditRecord]:
-        try:
-            for name, values in self.used_parameters.items():
-                moment = parse_moment(str(values[-1] if isinstance(values, list) else values), name)
-                lookup = "gte" if name.endswith("__gte") else "lt"
-                queryset = queryset.filter(**{f"created_at__unindexed__{lookup}": moment})
-        except InvalidFilter as error:
-            raise IncorrectLookupParameters(error) from error
-        return queryset
-
-
-class EventFilter(admin.SimpleListFilter):
-    title = "event"
-    parameter_name = "event"
-
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -> list[tuple[str, str]]:
-        events = [(name, name) for (name,) in recent_values(KIND_EVENT, "event") if name]
-        value = self.value()
-        return events if not value or (value, value) in events else [*events, (value, value)]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[AuditRecord]) -> QuerySet[AuditRecord]:
-        value = self.value()
-        return queryset if value is None else queryset.filter(event=value)
 
 
 def format_duration(milliseconds: int | None) -> str:
@@ -180,79 +81,12 @@ def argument_summary(arguments: Any) -> str:
     return Truncator(" ".join(str(text).split())).chars(SUMMARY_CHARS)
 
 
-class ReadOnlyAuditAdmin(admin.ModelAdmin):
-    """No add, change or delete for anyone; viewing for active staff with the model's view permission."""
-
-    actions = None
-    list_per_page = 100
-    list_max_show_all = 0  # "show all" would load every record
-    sortable_by = ()  # only the primary key order is indexed for every filter
-    show_full_result_count = False
-    show_facets = admin.ShowFacets.NEVER  # facet counts are a COUNT per choice
-    change_list_template = CHANGELIST_TEMPLATE
-    allowed_lookups: frozenset[str] = frozenset()
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: AuditRecord | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: AuditRecord | None = None) -> bool:
-        return False
-
-    def has_view_permission(self, request: HttpRequest, obj: AuditRecord | None = None) -> bool:
-        user = request.user
-        codename = get_permission_codename("view", self.opts)
-        return bool(user.is_active and user.is_staff and user.has_perm(f"{self.opts.app_label}.{codename}"))
-
-    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
-        return lookup in self.allowed_lookups
-
-    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
-        return NoCountChangeList
-
-    def get_paginator(self, request: HttpRequest, queryset: QuerySet[AuditRecord], per_page: int, orphans: int = 0,
-                      allow_empty_first_page: bool = True) -> NoCountPaginator:  # fmt: skip
-        try:
-            page_number = int(request.GET.get(PAGE_VAR, 1))
-        except ValueError:
-            page_number = 1
-        return NoCountPaginator(queryset, per_page, page_number)
-
-    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        response = super().changelist_view(request, extra_context)
-        context = getattr(response, "context_data", None)
-        changelist = context.get("cl") if context else None
-        if context and isinstance(changelist, ChangeList):
-            context.update(page_links(changelist))
-        return response
-
-    @admin.display(description="time")
-    def time(self, record: AuditRecord) -> str:
-        moment = timezone.localtime(record.created_at)
-        return format_html('{} <span class="audit-clock">{}</span>', f"{moment:%Y-%m-%d}", f"{moment:%H:%M:%S %Z}")
-
-
 def search_floor(request: HttpRequest, search_term: str) -> int:
     """The id above which the list's search looks (the newest SEARCH_WINDOW records), or 0 for all of them."""
     if not search_term.strip() or request.GET.get(SEARCH_ALL_PARAM):
         return 0
     newest = AuditRecord.objects.order_by("-id").values_list("id", flat=True).first() or 0
     return max(newest - SEARCH_WINDOW, 0)
-
-
-def page_links(changelist: ChangeList) -> dict[str, Any]:
-    paginator = changelist.paginator
-    page = changelist.page_num
-    shown = len(changelist.result_list)
-    first = (page - 1) * changelist.list_per_page + 1
-    has_more = isinstance(paginator, NoCountPaginator) and paginator.has_more and changelist.multi_page
-    return {
-        "newer_url": changelist.get_query_string({PAGE_VAR: page - 1}) if page > 1 else "",
-        "older_url": changelist.get_query_string({PAGE_VAR: page + 1}) if has_more else "",
-        "shown_range": f"{first}–{first + shown - 1}" if shown else "none",
-    }
 
 
 def call_detail(record: AuditRecord) -> dict[str, Any]:
@@ -473,32 +307,3 @@ def invalid_filter_page(request: HttpRequest, error: InvalidFilter, site_context
         "opts": AuditRecord._meta,
     }
     return TemplateResponse(request, "admin/audit/auditrecord/invalid_filter.html", context, status=400)
-
-
-@admin.register(SecurityEvent)
-class SecurityEventAdmin(ReadOnlyAuditAdmin):
-    """Token created, revoked and first used, failed authentications, logins, prunes: the `event` records, each
-    read as a sentence (audit.event_sentences); the record's page keeps the raw detail too."""
-
-    list_display = ["time", "what_happened", "event"]
-    list_filter = [EventFilter, ("created_at", DateFilter)]
-    allowed_lookups = frozenset({"event", "created_at__gte", "created_at__lt"})
-    fields = [
-        "what_happened", "created_at", "event", "username", "credential_kind", "credential_id", "credential_name",
-        "client_address", "user_agent", "instance_id", "detail_json",
-    ]  # fmt: skip
-    readonly_fields = ["what_happened", "detail_json"]
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[AuditRecord]:
-        return SecurityEvent.objects.filter(kind=KIND_EVENT).order_by("-id")
-
-    @admin.display(description="what happened")
-    def what_happened(self, record: AuditRecord) -> str:
-        return event_sentence(record)
-
-    @admin.display(description="detail (raw)")
-    def detail_json(self, record: AuditRecord) -> str:
-        if not record.detail:
-            return "—"
-        text = json.dumps(record.detail, indent=2, ensure_ascii=False, sort_keys=True)
-        return format_html('<pre class="audit-detail-json">{}</pre>', text)

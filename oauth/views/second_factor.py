@@ -148,14 +148,23 @@ def _check_code(request: HttpRequest, form: CodeForm) -> str | None:
     return None
 
 
-def offer(request: HttpRequest, site: admin.AdminSite) -> HttpResponse:
-    """After the password: set up a second factor now, or (unless it is required) not now."""
+def _before_set_up(request: HttpRequest) -> tuple[str, HttpResponse | None]:
+    """`next`, and where the offer and set-up pages send a request instead of answering it: to the password first,
+    or, for a user who has set up already, on through the code (a second set-up would need it anyway)."""
     refused = _password_first(request)
     if refused is not None:
-        return refused
+        return "", refused
     next_url = _next(request)
     if is_enrolled(request.user):
-        return HttpResponseRedirect(pending_step(request, next_url) or next_url)
+        return next_url, HttpResponseRedirect(pending_step(request, next_url) or next_url)
+    return next_url, None
+
+
+def offer(request: HttpRequest, site: admin.AdminSite) -> HttpResponse:
+    """After the password: set up a second factor now, or (unless it is required) not now."""
+    next_url, elsewhere = _before_set_up(request)
+    if elsewhere is not None:
+        return elsewhere
     context = {
         "title": "Set up a second factor",
         "required": required_for_everyone(),
@@ -179,13 +188,9 @@ def _grouped(text: str, size: int = 4) -> str:
 
 def setup(request: HttpRequest, site: admin.AdminSite) -> HttpResponse:
     """The QR code and key of a new TOTP device, and a code from it to confirm; then the recovery codes."""
-    refused = _password_first(request)
-    if refused is not None:
-        return refused
-    next_url = _next(request)
-    if is_enrolled(request.user):
-        # Set up already: this session goes on through the code (a second set-up would need it anyway).
-        return HttpResponseRedirect(pending_step(request, next_url) or next_url)
+    next_url, elsewhere = _before_set_up(request)
+    if elsewhere is not None:
+        return elsewhere
     device = _pending_device(request.user)
     form = CodeForm(request.POST if request.method == "POST" else None)
     if request.method == "POST" and form.is_valid():
