@@ -314,6 +314,19 @@ def background_stopped(record: AuditRecord, detail: Detail) -> SafeString:
     )
 
 
+def console_background_stopped(record: AuditRecord, detail: Detail) -> SafeString:
+    commands = _strings(detail, "commands") or [f"pid {pid}" for pid in _strings(detail, "pids")]
+    users = _strings(detail, "users")
+    return format_html(
+        "{} stopped {} from the console{}{}{}",
+        who(record),
+        counted(len(_strings(detail, "pids")) or len(commands), "background command"),
+        from_address(record),
+        format_html(" (started by {})", listing(users)) if users else "",
+        format_html(": {}", listing(commands)) if commands else "",
+    )
+
+
 SENTENCES: dict[str, Sentence] = {
     "token.created": token_created,
     "token.revoked": token_revoked,
@@ -340,6 +353,7 @@ SENTENCES: dict[str, Sentence] = {
     "oauth.client_removed": client_removed,
     "credentials.rotated": credentials_rotated,
     "credentials.background_stopped": background_stopped,
+    "console.background_stopped": console_background_stopped,
 }
 
 

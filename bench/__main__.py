@@ -23,7 +23,7 @@ from typing import Any
 # each server a PostgreSQL database of its own when DATABASE_URL is set, so it must go before that is imported.)
 os.environ.pop("DATABASE_URL", None)
 
-from bench import compare, sections  # noqa: E402
+from bench import compare, sections, toolkit_edit, toolkit_grep, toolkit_output  # noqa: E402
 from bench.hop import executor_hop  # noqa: E402
 from bench.report import label_throughput, machine_line, sequential, table, targets  # noqa: E402
 from bench.server import SERVER_SETTINGS, BenchServer, base_state, git_commit, log, seeded_state, start_server  # noqa: E402
@@ -66,6 +66,18 @@ async def call_sections(server: BenchServer, sizes: sections.Sizes) -> dict[str,
     log(f"bench: {load['clients']} clients: {load['calls_per_s']} calls/s, errors {load['errors'] or 'none'}")
     load["audit"] = sections.audit_check(server, load.pop("sessions"), sizes.calls_per_client)
     log("bench: audit checked")
+    toolkit = {
+        "edit": await toolkit_edit.measure(server, sizes),
+        "grep": await toolkit_grep.measure(server, sizes),
+        "output": await toolkit_output.measure(server, sizes),
+    }
+    edit = toolkit["edit"]
+    log(f"bench: file_edit 10 MB {edit['file_edit']['median_ms']} ms, {edit['time_ratio']}x its floor")
+    log(
+        "bench: file_grep "
+        + ", ".join(f"{name} {case['ratio']}x rg" for name, case in toolkit["grep"]["searches"].items())
+    )
+    log(f"bench: terminal_output wakes {toolkit['output']['wake']['median_ms']} ms after a line")
     hop = await executor_hop(sizes.sequential, sizes.warmup)
     log("bench: executor hop " + ", ".join(f"{name} +{case['hop_median_ms']} ms" for name, case in hop.items()))
     return {
@@ -73,6 +85,7 @@ async def call_sections(server: BenchServer, sizes: sections.Sizes) -> dict[str,
         **sequential(measured),
         "throughput": large,
         "concurrency": load,
+        "toolkit": toolkit,
     }
 
 

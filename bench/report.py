@@ -6,6 +6,8 @@ from typing import Any
 
 from bench.stats import ratio
 
+MB = 1_000_000
+
 PAGE_LIMIT_S = 0.5
 MEMORY_LIMIT_MB = 50
 VERIFY_LIMIT_S = 30
@@ -113,6 +115,22 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             exact,
         )
         add("chain", "audit chain after the load", audit["chain_intact"], "intact", audit["chain_intact"])
+    toolkit = results.get("toolkit")
+    if toolkit:
+        edit = toolkit["edit"]
+        add("edit_time", "file_edit 10 MB median / read + rewrite + /health floor", edit["time_ratio"],
+            f"≤ {edit['time_target']}x", edit["time_met"])  # fmt: skip
+        add("edit_memory", "file_edit 10 MB: executor peak growth / file size", edit["memory_ratio"],
+            f"< {edit['memory_target']}x", edit["memory_met"])  # fmt: skip
+        grep = toolkit["grep"]
+        for name, case in grep["searches"].items():
+            add(f"grep_{name}", f"file_grep {name} median / rg + /health floor", case["ratio"],
+                f"≤ {grep['target_ratio']}x", case["ratio_met"])  # fmt: skip
+            add(f"grep_memory_{name}", f"file_grep {name}: server + executor peak growth", case["peak_growth_mb"],
+                f"< {grep['target_memory_mb']} MB", case["memory_met"])  # fmt: skip
+        output = toolkit["output"]
+        add("output_wake", "terminal_output wait: median ms from a line to its answer", output["wake"]["median_ms"],
+            f"≤ {output['target_ms']:g} ms", output["met"])  # fmt: skip
     admin = results.get("admin")
     if admin:
         pages = admin["pages"]
@@ -186,6 +204,7 @@ def table(results: dict[str, Any]) -> str:
         f'{"intact" if audit["chain_intact"] else "BROKEN"}, "database is locked" ×{audit["database_locked_in_log"]} | | | | '
         f"2 per call, intact, none | {_combined(found, 'two_records', 'chain', 'locked')} |"
     )
+    rows += _toolkit_rows(results.get("toolkit"), found)
     admin = results["admin"]
     pages, records = admin["pages"], admin["records"]
     rows.append(
@@ -213,6 +232,36 @@ def table(results: dict[str, Any]) -> str:
         f"{_s(verify['verify_s'])} | | | < {VERIFY_LIMIT_S} s | {_met(found, 'verify')} |"
     )
     return "\n".join(rows)
+
+
+def _toolkit_rows(toolkit: dict[str, Any] | None, found: list[dict[str, Any]]) -> list[str]:
+    if not toolkit:
+        return []
+    edit, grep = toolkit["edit"], toolkit["grep"]
+    call, floor = edit["file_edit"], edit["floor"]
+    rows = [
+        f"| 7 | `file_edit` on a {edit['file_bytes'] / MB:.0f} MB file ({call['n']}; floor: read, rewrite, fsync, rename "
+        f"and /health, {ms(floor['median_ms'])}); executor peak +{edit['executor_peak_growth_mb']} MB "
+        f"({edit['memory_ratio']}x the file) | {ms(call['median_ms'])} | {ms(call['p95_ms'])} | {edit['time_ratio']}x | "
+        f"≤ {edit['time_target']}x, < {edit['memory_target']}x | {_combined(found, 'edit_time', 'edit_memory')} |"
+    ]
+    for name, case in grep["searches"].items():
+        call, floor = case["file_grep"], case["floor"]
+        rows.append(
+            f"| 7 | `file_grep` {name}, {grep['files']:,} files / {grep['tree_mb']} MB ({call['n']}; floor: rg directly "
+            f"and /health, {ms(floor['median_ms'])}); peak +{case['peak_growth_mb']} MB | {ms(call['median_ms'])} | "
+            f"{ms(call['p95_ms'])} | {case['ratio']}x | ≤ {grep['target_ratio']}x, < {grep['target_memory_mb']} MB | "
+            f"{_combined(found, f'grep_{name}', f'grep_memory_{name}')} |"
+        )
+    output = toolkit["output"]
+    wake, floor = output["wake"], output["floor"]
+    rows.append(
+        f"| 7 | `terminal_output` with `wait_ms`: from a background command's line to the answer ({wake['n']}; "
+        f"/health beside it {ms(floor['median_ms'])}) | {ms(wake['median_ms'])} | {ms(wake['p95_ms'])} | "
+        f"{ratio(wake['median_ms'], floor['median_ms'])}x /health | ≤ {output['target_ms']:g} ms | "
+        f"{_combined(found, 'output_wake')} |"
+    )
+    return rows
 
 
 def _combined(found: list[dict[str, Any]], *keys: str) -> str:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from signal import SIGTERM
+
 from django.utils import timezone
 
-from mcpserver.executor.interface import BackgroundStart
+from mcpserver.executor.interface import BackgroundStart, Executor
 from mcpserver.models import BackgroundProcess
 from mcpserver.process import INSTANCE_ID
 from oauth.credentials import Principal
@@ -30,3 +32,31 @@ async def find_started_process(pid: int, start_ticks: int) -> BackgroundProcess 
 
 async def record_signal(process: BackgroundProcess) -> None:
     await BackgroundProcess.objects.filter(pk=process.pk).aupdate(signalled_at=timezone.now())
+
+
+async def find_job(principal: Principal, pid: int) -> BackgroundProcess | None:
+    """The newest background command with this id that this credential's user started (never another user's)."""
+    return await BackgroundProcess.objects.filter(pid=pid, username=principal.username).afirst()
+
+
+async def jobs_of(username: str, limit: int) -> tuple[list[BackgroundProcess], int]:
+    """The newest `limit` background commands `username` started, and how many there are in all."""
+    rows = BackgroundProcess.objects.filter(username=username)
+    return [row async for row in rows[:limit]], await rows.acount()
+
+
+def job_ref(process: BackgroundProcess) -> dict[str, object]:
+    """What the executor needs to find a job again: its log, and the pid and start ticks of its command."""
+    return {"log_path": process.log_path, "pid": process.pid, "start_ticks": process.start_ticks}
+
+
+async def stop_jobs(executor: Executor, rows: list[BackgroundProcess]) -> list[BackgroundProcess]:
+    """SIGTERM the group of each row still running (PID-safe, as terminal_kill); the rows that were signalled.
+    Raises ExecutorError when the executor cannot be asked."""
+    states = await executor.job_states([job_ref(row) for row in rows]) if rows else []
+    stopped = []
+    for row, state in zip(rows, states, strict=True):
+        if state["state"] == "running" and await executor.signal_group(row.pid, row.pgid, row.start_ticks, SIGTERM):
+            await record_signal(row)
+            stopped.append(row)
+    return stopped

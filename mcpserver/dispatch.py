@@ -78,7 +78,7 @@ async def dispatch(
     finally:
         IN_FLIGHT.unregister(token)
         services.concurrency.release(principal.key)
-    return render(result, services.result_cap)
+    return render(result, services.result_cap, keep_structured=spec.output is not None)
 
 
 async def deny(

@@ -25,6 +25,8 @@ class BackgroundProcess(models.Model):
     class Meta:
         ordering = ["-started_at"]
         indexes = [models.Index(fields=["pid", "start_ticks"], name="bgproc_pid_ticks")]
+        verbose_name = "background command"
+        verbose_name_plural = "background commands"
 
     def __str__(self) -> str:
         return f"{self.pid}: {self.command[:60]}"

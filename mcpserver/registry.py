@@ -6,6 +6,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel
+
 from mcpserver.results import ToolResult
 
 # Given a call's arguments, the scope error suffix for a read-only credential (None: the call is read-only).
@@ -24,6 +26,8 @@ class ToolSpec:
     open_world: bool
     # A tool that is read-only for some arguments only (git_branch lists without `name`, creates with it).
     read_only_when: ReadOnlyCheck | None = None
+    # The model of the tool's structured result (its outputSchema); None for the 20 upstream tools, which have none.
+    output: type[BaseModel] | None = None
 
     @property
     def visible_to_read_only(self) -> bool:
@@ -49,14 +53,20 @@ def tool(
     idempotent: bool = False,
     open_world: bool = False,
     read_only_when: ReadOnlyCheck | None = None,
+    output: type[BaseModel] | None = None,
 ) -> Callable[[ToolFunction], ToolFunction]:
-    """Register a tool. Its first parameter is the ToolCall; the others are the MCP arguments."""
+    """Register a tool. Its first parameter is the ToolCall; the others are the MCP arguments.
+
+    A tool with an `output` model publishes it as its outputSchema, and every result it returns without an error
+    carries `structured` in that shape (the SDK checks it before the result leaves): keep it small, the text
+    carries the bulk.
+    """
 
     def register(fn: ToolFunction) -> ToolFunction:
         name = fn.__name__
         if name in TOOLS:
             raise ValueError(f"tool {name} registered twice")
-        TOOLS[name] = ToolSpec(name, fn, title, read_only, destructive, idempotent, open_world, read_only_when)
+        TOOLS[name] = ToolSpec(name, fn, title, read_only, destructive, idempotent, open_world, read_only_when, output)
         return fn
 
     return register

@@ -10,12 +10,20 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcp_types import CallToolResult, TextContent
+from mcp_types import CallToolResult, ContentBlock, ImageContent, TextContent
 
 from mcpserver.executor.textsize import cut_suffix_to_json_size, cut_to_json_size, json_size
 
 # Room for the JSON-RPC envelope, content block keys and the omission marker.
 ENVELOPE_BYTES = 1024
+
+
+@dataclass(frozen=True)
+class Image:
+    """An image content block: base64 data (already within the result cap) and its MIME type."""
+
+    data: str
+    mime_type: str
 
 
 @dataclass
@@ -25,6 +33,7 @@ class ToolResult:
     structured: dict[str, Any] | None = None
     exit_code: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    images: list[Image] = field(default_factory=list)
 
     @classmethod
     def error(cls, text: str) -> ToolResult:
@@ -49,13 +58,18 @@ def _structured_size(structured: dict[str, Any] | None) -> int:
     return len(json.dumps(structured, ensure_ascii=False).encode("utf-8"))
 
 
-def render(result: ToolResult, cap: int) -> CallToolResult:
-    """The MCP result for `result`, guaranteed to serialize within `cap` bytes."""
+def render(result: ToolResult, cap: int, keep_structured: bool = False) -> CallToolResult:
+    """The MCP result for `result`, guaranteed to serialize within `cap` bytes.
+
+    `keep_structured`: the tool publishes an outputSchema, so its structured content is never dropped (such tools
+    keep it small); otherwise a copy that would crowd out the text is left out, the text says everything.
+    """
     structured = result.structured
-    budget = cap - ENVELOPE_BYTES
-    if _structured_size(structured) > budget // 2:
-        structured = None  # the text says everything; never let the copy crowd it out
-    text = fit_text(result.text, budget - _structured_size(structured))
-    return CallToolResult(
-        content=[TextContent(type="text", text=text)], structured_content=structured, is_error=result.is_error
-    )
+    images = [image for image in result.images if len(image.data) + ENVELOPE_BYTES <= cap - ENVELOPE_BYTES]
+    budget = cap - ENVELOPE_BYTES - sum(len(image.data) + ENVELOPE_BYTES for image in images)
+    if not keep_structured and _structured_size(structured) > budget // 2:
+        structured = None
+    text = fit_text(result.text, max(budget - _structured_size(structured), 0))
+    content: list[ContentBlock] = [TextContent(type="text", text=text)]
+    content += [ImageContent(type="image", data=image.data, mime_type=image.mime_type) for image in images]
+    return CallToolResult(content=content, structured_content=structured, is_error=result.is_error)

@@ -1,4 +1,4 @@
-"""The MCPServer instance: the 20 tools registered through the one dispatch point, filtered by scope."""
+"""The MCPServer instance: every tool registered through the one dispatch point, filtered by scope."""
 
 from __future__ import annotations
 
@@ -41,8 +41,11 @@ def _dispatching_wrapper(spec: ToolSpec, services: Services) -> Any:
 
     parameters = [p.replace(annotation=hints[p.name]) for p in params]
     parameters.append(inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context))
-    call_tool.__signature__ = inspect.Signature(parameters, return_annotation=CallToolResult)  # type: ignore[attr-defined]  # read by inspect.signature; not declared on functions
-    call_tool.__annotations__ = {**{p.name: p.annotation for p in parameters}, "return": CallToolResult}
+    # A tool with an output model declares it as its return type: the SDK publishes its schema and checks each
+    # result's structured content against it (the function still returns the CallToolResult dispatch made).
+    returns = spec.output or CallToolResult
+    call_tool.__signature__ = inspect.Signature(parameters, return_annotation=returns)  # type: ignore[attr-defined]  # read by inspect.signature; not declared on functions
+    call_tool.__annotations__ = {**{p.name: p.annotation for p in parameters}, "return": returns}
     call_tool.__name__ = spec.name
     call_tool.__doc__ = spec.fn.__doc__
     return call_tool
@@ -104,6 +107,6 @@ def build_server(version: str, services: Services) -> MCPServer:
             title=spec.title,
             description=inspect.cleandoc(spec.fn.__doc__ or ""),
             annotations=_annotations(spec),
-            structured_output=False,
+            structured_output=spec.output is not None,
         )
     return server

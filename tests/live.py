@@ -266,3 +266,30 @@ def live_group_members(pgid: int) -> list[int]:
         except (ProcessLookupError, psutil.Error):
             continue
     return members
+
+
+# What an mcp:read credential is offered: the upstream readers and the toolkit's (searching changes nothing).
+READ_ONLY_TOOLS = frozenset(
+    {
+        "file_read",
+        "file_list",
+        "git_status",
+        "git_diff",
+        "git_log",
+        "workspace_info",
+        "git_branch",
+        "file_grep",
+        "file_glob",
+        "terminal_output",
+        "terminal_list",
+    }
+)
+
+
+def tool_count() -> int:
+    """How many tools the server lists to a full-scope credential: the 20 upstream ones and the toolkit's."""
+    from mcpserver.registry import TOOLS
+    from mcpserver.tools import ALL_TOOL_MODULES
+
+    assert ALL_TOOL_MODULES  # imported for its effect: every tool module registered in TOOLS
+    return len(TOOLS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import os
+import secrets
 import time
 from pathlib import Path
 from typing import Any
@@ -91,7 +92,8 @@ async def flood(url: str, token: str) -> str:
     deadline = time.monotonic() + FLOOD_SECONDS
     async with mcp_client(url, token) as client:
         for _ in range(FLOOD_CALLS):
-            result = await client.call_tool("terminal_exec", {"command": "echo " + "x" * 100_000})
+            # Random text: PostgreSQL compresses what it stores out of line, and 100,000 equal letters take little.
+            result = await client.call_tool("terminal_exec", {"command": "echo " + secrets.token_hex(50_000)})
             text = text_of(result)
             if "audit log is full" in text:
                 return text

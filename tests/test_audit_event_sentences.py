@@ -102,6 +102,8 @@ SENTENCE_CASES = [
     (record("credentials.background_stopped", None, revocation_id=3, reason="bearer", revoked_by="admin", pids=[101, 102],
             credentials=["bearer:4"], commands=["sleep 1000", "npm run dev"]),
      "2 background processes stopped after a revocation (bearer) by admin: sleep 1000, npm run dev"),
+    (record("console.background_stopped", ADMIN, pids=[101], commands=["npm run dev"], users=["alice"]),
+     "admin stopped 1 background command from the console from 10.0.0.5 (started by alice): npm run dev"),
 ]  # fmt: skip
 
 

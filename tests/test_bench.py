@@ -15,7 +15,17 @@ from tests.live import REPO
 
 pytestmark = pytest.mark.live
 
-SECTIONS = ("machine", "floors", "sequential", "executor_hop", "throughput", "concurrency", "admin", "targets")
+SECTIONS = (
+    "machine",
+    "floors",
+    "sequential",
+    "executor_hop",
+    "throughput",
+    "concurrency",
+    "toolkit",
+    "admin",
+    "targets",
+)
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +107,22 @@ def test_the_admin_pages_and_audit_verify_ran_on_the_seeded_records(quick_run: t
     )
 
 
+def test_the_toolkit_is_measured_against_its_floors(quick_run: tuple[dict[str, Any], str]) -> None:
+    results, printed = quick_run
+    edit, grep = results["toolkit"]["edit"], results["toolkit"]["grep"]
+    assert positive(edit["file_edit"]) and positive(edit["floor"]) and edit["time_ratio"] > 0
+    assert edit["file_bytes"] >= 10_000_000
+    assert grep["files"] == 2_000 and set(grep["searches"]) == {"files_with_matches", "content_head_100"}
+    for case in grep["searches"].values():
+        assert positive(case["file_grep"]) and positive(case["floor"]) and case["ratio"] > 0
+    assert "`file_edit` on a 10 MB file" in printed and "`file_grep` files_with_matches" in printed
+    output = results["toolkit"]["output"]
+    assert (
+        output["lines"] == 15 and output["wake"]["n"] == 14 and positive(output["wake"]) and positive(output["floor"])
+    )
+    assert "`terminal_output` with `wait_ms`" in printed
+
+
 def test_the_table_marks_each_target(quick_run: tuple[dict[str, Any], str]) -> None:
     results, printed = quick_run
     keys = {target["key"] for target in results["targets"]}
@@ -111,6 +137,10 @@ def test_the_table_marks_each_target(quick_run: tuple[dict[str, Any], str]) -> N
         "chain",
         "list_first",
         "verify",
+        "edit_time",
+        "edit_memory",
+        "grep_files_with_matches",
+        "output_wake",
     } <= keys
     assert all(target["met"] in (True, False, None) for target in results["targets"])
     assert "| # | measurement | median | p95 |" in printed and "targets met" in printed

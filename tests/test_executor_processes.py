@@ -14,9 +14,10 @@ from typing import Any
 import psutil
 import pytest
 
-from mcpserver.executor import capture, processes, rlimits, spawn
+from mcpserver.executor import capture, jobs, processes, rlimits, spawn
 from mcpserver.executor.environment import clean_environment
-from mcpserver.executor.interface import ToolFailure
+from mcpserver.executor.interface import BackgroundStart, ToolFailure
+from mcpserver.executor.jobs import JobOps
 from mcpserver.executor.paths import Workspace
 from mcpserver.executor.processes import ProcessOps, read_start_ticks
 from mcpserver.executor.savedoutput import SavedOutput
@@ -27,12 +28,13 @@ BUDGET = 64 * 1024
 DEADLINE = 10.0
 
 
-class _Executor(ProcessOps):
+class _Executor(ProcessOps, JobOps):
     def __init__(self, root: Path) -> None:
         self.workspace = Workspace(root)
         self.root = str(self.workspace.root)
         self.env = clean_environment()
         self.saved_output = SavedOutput(self.workspace)
+        self._input_locks = {}
 
 
 @pytest.fixture
@@ -250,8 +252,9 @@ async def test_cancelled_call_sigkills_a_group_that_ignores_sigterm(executor: _E
 
 
 async def test_a_cancelled_calls_command_is_still_reaped_when_it_ends(executor: _Executor, tmp_path: Path) -> None:
+    earlier = set(spawn._unreaped)  # job hosts of other tests, which end after their event loop did
     leader = await _start_and_cancel(executor, tmp_path, "echo $$ > leader.pid; sleep 300")
-    assert await wait_until(lambda: not spawn._unreaped)
+    assert await wait_until(lambda: not spawn._unreaped - earlier)
     with pytest.raises(ChildProcessError):
         os.waitpid(leader, os.WNOHANG)  # reaped already: no zombie left for this process
 
@@ -263,11 +266,12 @@ async def test_without_pidfds_a_thread_waits_for_each_command(
         raise PermissionError("pidfd_open is not allowed here")
 
     monkeypatch.setattr(os, "pidfd_open", refused)
+    earlier = set(spawn._unreaped)  # job hosts of other tests, which end after their event loop did
     result = await run(executor, "echo out; echo err >&2; exit 3")
     assert (result.stdout, result.stderr, result.exit_code) == ("out\n", "err\n", 3)
     timed_out = await run(executor, "sleep 30", timeout=0.3)
     assert (timed_out.timed_out, timed_out.exit_code) == (True, 124)
-    assert not spawn._unreaped
+    assert not spawn._unreaped - earlier
 
 
 async def test_backgrounded_child_holding_the_pipes_does_not_hang_the_call(executor: _Executor) -> None:
@@ -311,7 +315,7 @@ def test_pruning_removes_old_files_then_the_oldest_until_within_the_budget(tmp_p
 # --- background processes ------------------------------------------------------------------------------------------
 
 
-async def stop_background(started: processes.BackgroundStart) -> None:
+async def stop_background(started: BackgroundStart) -> None:
     """SIGKILL a background group and wait until the server has reaped its leader."""
     processes.kill_group(started.pgid, signal.SIGKILL)
     assert await wait_until(lambda: read_start_ticks(started.pid) is None)
@@ -359,7 +363,7 @@ async def test_finished_background_process_is_reaped_and_its_log_uncut(executor:
 async def test_background_log_is_capped_without_killing_the_command(
     executor: _Executor, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(processes, "BACKGROUND_LOG_CAP", 1000)
+    monkeypatch.setattr(jobs, "BACKGROUND_LOG_CAP", 1000)
     started = await executor.start_background("head -c 50000 /dev/zero | tr '\\0' b; echo finished > done", None)
     assert await wait_until(lambda: read_start_ticks(started.pid) is None)
     assert (tmp_path / "done").read_text() == "finished\n"
@@ -393,9 +397,11 @@ async def test_a_background_process_is_started_like_a_command_and_reaped_when_it
 ) -> None:
     pinned: list[int] = []
     monkeypatch.setattr(rlimits.keeper, "pin", pinned.append)
-    started = await executor.start_background("exit 0", None)
-    assert pinned == [started.pid]  # the tool limits are pinned in it
-    assert await wait_until(lambda: not spawn._unreaped)
+    started = await executor.start_background("sleep 300", None)
+    host = psutil.Process(started.pid).ppid()
+    assert pinned == [host]  # the limits are pinned in its job host, its parent
+    await stop_background(started)
+    assert await wait_until(lambda: all(child.pid != host for child in spawn._unreaped))  # the host ended, reaped
     with pytest.raises(ChildProcessError):
         os.waitpid(started.pid, os.WNOHANG)  # reaped already: no zombie left for it
 

@@ -12,6 +12,7 @@ import pytest
 from mcpserver.executor import savedoutput
 from mcpserver.executor.environment import clean_environment
 from mcpserver.executor.interface import ToolFailure
+from mcpserver.executor.jobs import JobOps
 from mcpserver.executor.paths import Workspace
 from mcpserver.executor.processes import ProcessOps
 from mcpserver.executor.savedoutput import SavedOutput
@@ -22,12 +23,13 @@ BUDGET = 50_000
 LINES = "seq 1 100000"  # 588,895 bytes
 
 
-class _Executor(ProcessOps):
+class _Executor(ProcessOps, JobOps):
     def __init__(self, root: Path, max_bytes: int = BUDGET) -> None:
         self.workspace = Workspace(root)
         self.root = str(self.workspace.root)
         self.env = clean_environment()
         self.saved_output = SavedOutput(self.workspace, max_bytes)
+        self._input_locks = {}
 
 
 def used(directory: Path) -> int:

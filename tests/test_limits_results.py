@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
-from mcp_types import TextContent
+from mcp_types import ImageContent, TextContent
 
 from mcpserver.executor.textsize import json_size
 from mcpserver.limits import ConcurrencyLimiter, RateLimiter
-from mcpserver.results import ToolResult, fit_text, render
+from mcpserver.results import Image, ToolResult, fit_text, render
 
 
 class FakeClock:
@@ -70,3 +70,19 @@ def test_render_keeps_a_small_result_whole() -> None:
     block = rendered.content[0]
     assert isinstance(block, TextContent) and block.text == "ok" and rendered.structured_content == {"exit_code": 0}
     assert json.loads(rendered.model_dump_json(by_alias=True))["isError"] is False
+
+
+def test_render_never_drops_the_structured_copy_of_a_tool_with_an_output_schema() -> None:
+    structured = {"matches": 3, "note": "z" * 100_000}  # over half the budget: a tool without a schema loses it
+    rendered = render(ToolResult(text="t" * 400_000, structured=structured), 262_144, keep_structured=True)
+    assert rendered.structured_content == structured
+    assert len(rendered.model_dump_json(by_alias=True).encode()) <= 262_144
+
+
+def test_render_sends_images_as_image_content_and_fits_the_text_beside_them() -> None:
+    data = "A" * 200_000
+    rendered = render(ToolResult(text="x" * 400_000, images=[Image(data, "image/png")]), 262_144)
+    text, image = rendered.content
+    assert isinstance(text, TextContent) and isinstance(image, ImageContent)
+    assert image.data == data and image.mime_type == "image/png"
+    assert len(rendered.model_dump_json(by_alias=True).encode()) <= 262_144

@@ -14,7 +14,9 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
+from mcpserver.registry import TOOLS
 from tests.inprocess import InProcessServer, new_token, serve_in_process, stateless_headers, stateless_meta
+from tests.live import READ_ONLY_TOOLS
 
 pytestmark = [pytest.mark.inprocess, pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
 
@@ -73,7 +75,7 @@ async def test_a_token_in_the_query_string_is_never_accepted(mcp_app: InProcessS
 async def test_an_oauth_token_for_our_resource_with_mcp_scope_is_accepted(mcp_app: InProcessServer) -> None:
     raw = await oauth_token(scope="mcp", resource=[settings.MCP_RESOURCE_URL])
     response = await mcp_app.post(raw, TOOLS_LIST, **stateless_headers("tools/list"))
-    assert response.status_code == 200 and len(response.json()["result"]["tools"]) == 20
+    assert response.status_code == 200 and len(response.json()["result"]["tools"]) == len(TOOLS)
 
 
 @pytest.mark.parametrize(
@@ -120,13 +122,5 @@ async def test_a_read_only_token_lists_only_the_read_only_tools(mcp_app: InProce
     reader, writer = await new_token("reader", scope="mcp:read"), await new_token("writer")
     read_only = (await list_tools(mcp_app, reader)).json()["result"]["tools"]
     everything = (await list_tools(mcp_app, writer)).json()["result"]["tools"]
-    assert {tool["name"] for tool in read_only} == {
-        "file_read",
-        "file_list",
-        "git_status",
-        "git_diff",
-        "git_log",
-        "workspace_info",
-        "git_branch",
-    }
-    assert len(everything) == 20
+    assert {tool["name"] for tool in read_only} == READ_ONLY_TOOLS
+    assert len(everything) == len(TOOLS)  # the 20 upstream tools and the toolkit's

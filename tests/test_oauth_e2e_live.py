@@ -16,7 +16,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 from pydantic import AnyUrl
 
-from tests.live import LiveServer, running_server
+from tests.live import LiveServer, running_server, tool_count
 from tests.oauth_flow import LOOPBACK_REDIRECT, AdminSession, mcp_status, query_of, refresh
 from tests.oauth_flow import Client as RegisteredClient
 
@@ -95,7 +95,7 @@ async def test_the_sdk_client_connects_from_nothing_refreshes_and_is_cut_off_by_
 
     http = httpx2.AsyncClient(auth=provider, timeout=httpx2.Timeout(60), event_hooks={"request": [log_request]})
     async with http, Client(streamable_http_client(server.mcp_url, http_client=http), mode="legacy") as client:
-        assert len((await client.list_tools()).tools) == 20
+        assert len((await client.list_tools()).tools) == tool_count()
         # The discovery path the SDK took, from the first 401 on.
         assert requests[:5] == [
             "POST /mcp",
@@ -111,7 +111,7 @@ async def test_the_sdk_client_connects_from_nothing_refreshes_and_is_cut_off_by_
 
         # Refresh: the SDK refreshes a token it believes expired, in the same MCP session.
         provider.context.token_expiry_time = time.time() - 1
-        assert len((await client.list_tools()).tools) == 20
+        assert len((await client.list_tools()).tools) == tool_count()
         second = storage.history[-1]
         assert second.access_token != first.access_token and second.refresh_token != first.refresh_token
         assert mcp_status(server, first.access_token).status_code == 401  # the refreshed-away access token

@@ -32,7 +32,7 @@ def spill_stem(label: str) -> str:
     return f"{label}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
 
 
-def _trim_incomplete_end(data: bytes) -> bytes:
+def trim_incomplete_end(data: bytes) -> bytes:
     """`data` without a UTF-8 sequence cut short at its end (the rest of it was left out)."""
     for back in range(1, min(4, len(data)) + 1):
         byte = data[-back]
@@ -43,7 +43,7 @@ def _trim_incomplete_end(data: bytes) -> bytes:
     return data
 
 
-def _trim_incomplete_start(data: bytes) -> bytes:
+def trim_incomplete_start(data: bytes) -> bytes:
     """`data` without the continuation bytes of a UTF-8 sequence whose start was left out."""
     start = 0
     while start < min(3, len(data)) and data[start] & 0xC0 == 0x80:
@@ -141,8 +141,8 @@ class StreamCapture:
             return (bytes(self.head) + bytes(self.tail)).decode("utf-8", errors="replace")
         omitted = self.total - len(self.head) - len(self.tail)
         where = self._where()
-        head = _trim_incomplete_end(bytes(self.head)).decode("utf-8", errors="replace")
-        tail = _trim_incomplete_start(bytes(self.tail)).decode("utf-8", errors="replace")
+        head = trim_incomplete_end(bytes(self.head)).decode("utf-8", errors="replace")
+        tail = trim_incomplete_start(bytes(self.tail)).decode("utf-8", errors="replace")
         return f"{head}\n[... {omitted} bytes omitted; {where}]\n{tail}"
 
     def _where(self) -> str:

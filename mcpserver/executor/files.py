@@ -32,9 +32,11 @@ class FileOps:
 
     # --- read / write ------------------------------------------------------------------------------------------------
 
-    async def read_file(self, path: str, offset: int | None, limit: int | None, max_bytes: int) -> str:
+    async def read_file(
+        self, path: str, offset: int | None, limit: int | None, max_bytes: int, line_numbers: bool = False
+    ) -> str:
         check_page_args(offset, limit)
-        return await asyncio.to_thread(read_page, self.workspace, path, offset or 1, limit, max_bytes)
+        return await asyncio.to_thread(read_page, self.workspace, path, offset or 1, limit, max_bytes, line_numbers)
 
     async def write_file(self, path: str, content: str) -> str:
         return await asyncio.to_thread(self._write_file, path, content)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 
 class ExecutorError(Exception):
@@ -61,7 +62,9 @@ class Executor:
     root: str
 
     # --- files ---------------------------------------------------------------------------------------------------
-    async def read_file(self, path: str, offset: int | None, limit: int | None, max_bytes: int) -> str:
+    async def read_file(
+        self, path: str, offset: int | None, limit: int | None, max_bytes: int, line_numbers: bool = False
+    ) -> str:
         raise NotImplementedError
 
     async def write_file(self, path: str, content: str) -> str:
@@ -85,10 +88,29 @@ class Executor:
     ) -> ExecResult:
         raise NotImplementedError
 
-    async def start_background(self, command: str, cwd: str | None) -> BackgroundStart:
+    async def start_background(self, command: str, cwd: str | None, mode: str = "none") -> BackgroundStart:
         raise NotImplementedError
 
     async def process_start_ticks(self, pid: int) -> int | None:
+        raise NotImplementedError
+
+    async def job_output(
+        self,
+        log_path: str,
+        pid: int,
+        start_ticks: int,
+        offset: int | None,
+        tail: int | None,
+        max_bytes: int,
+        wait_ms: int,
+        until_end: bool = False,
+    ) -> dict[str, Any]:
+        raise NotImplementedError
+
+    async def job_states(self, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    async def job_input(self, log_path: str, pid: int, start_ticks: int, text: str, eof: bool) -> dict[str, Any]:
         raise NotImplementedError
 
     async def signal_group(self, pid: int, pgid: int, start_ticks: int, signum: int) -> bool:
@@ -127,6 +149,51 @@ class Executor:
         raise NotImplementedError
 
     async def install(self, packages: list[str], manager: str) -> ExecResult:
+        raise NotImplementedError
+
+    # --- reads ---------------------------------------------------------------------------------------------------
+    async def read_file_or_image(
+        self,
+        path: str,
+        offset: int | None,
+        limit: int | None,
+        max_bytes: int,
+        line_numbers: bool,
+        image_max_bytes: int,
+    ) -> dict[str, Any]:
+        """file_read's one call: {"image": {path, mime, size, data}} for a PNG, JPEG, GIF or WebP file (known by its
+        first bytes; `data` its base64, or None past `image_max_bytes`), else {"text": what read_file returns}."""
+        raise NotImplementedError
+
+    # --- edits (file_edit, file_multi_edit) ----------------------------------------------------------------------
+    async def edit_file(self, path: str, edits: list[dict[str, Any]], result_budget: int) -> dict[str, Any]:
+        """Apply `edits` ({old_string, new_string, replace_all}) in order, all or nothing, and replace the file
+        atomically; {"path", "diff" (within result_budget JSON bytes), "replacements", "diff_truncated"}."""
+        raise NotImplementedError
+
+    # --- search (file_grep, file_glob) ---------------------------------------------------------------------------
+    async def grep(
+        self,
+        pattern: str,
+        path: str | None,
+        glob: str | None,
+        type: str | None,
+        output_mode: str,
+        case_insensitive: bool,
+        line_numbers: bool,
+        context_before: int | None,
+        context_after: int | None,
+        multiline: bool,
+        head_limit: int | None,
+        offset: int,
+        max_bytes: int,
+    ) -> dict[str, Any]:
+        """ripgrep in the directory `path`: {"entries" (lines, files or `file:count`, from `offset`), "total",
+        "offset", "next_offset" (None at the end), "output_cut", and "matches" in count mode}."""
+        raise NotImplementedError
+
+    async def glob_files(self, pattern: str, path: str | None, max_bytes: int) -> dict[str, Any]:
+        """The files under `path` matching `pattern`, newest first, in the shape `grep` answers."""
         raise NotImplementedError
 
     # --- maintenance (not a tool) --------------------------------------------------------------------------------

@@ -2,24 +2,30 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 
+from mcpserver.executor.editing import EditOps
 from mcpserver.executor.environment import clean_environment
 from mcpserver.executor.files import FileOps
 from mcpserver.executor.git import GitOps
+from mcpserver.executor.images import ImageOps
 from mcpserver.executor.interface import Executor
+from mcpserver.executor.jobs import JobOps
 from mcpserver.executor.paths import Workspace
 from mcpserver.executor.processes import ProcessOps
 from mcpserver.executor.savedoutput import DEFAULT_MAX_BYTES, SavedOutput
+from mcpserver.executor.search import SearchOps
 from mcpserver.executor.workspace import WorkspaceOps
 
 
-class LocalExecutor(FileOps, ProcessOps, GitOps, WorkspaceOps, Executor):
+class LocalExecutor(FileOps, EditOps, ProcessOps, GitOps, WorkspaceOps, ImageOps, SearchOps, JobOps, Executor):
     def __init__(self, root: str, env_allow: Iterable[str] = (), output_max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.workspace = Workspace(root)
         self.root = str(self.workspace.root)
         self.env = clean_environment(env_allow)
         self.saved_output = SavedOutput(self.workspace, output_max_bytes)
+        self._input_locks: dict[str, asyncio.Lock] = {}
 
     async def prune_output(self, max_bytes: int | None = None) -> str:
         """Maintenance (not a tool): delete saved command output past its age, then the oldest past `max_bytes`

@@ -1,7 +1,8 @@
 """Reading a file a page at a time, within a byte budget, with notes saying how to read on.
 
 Reads stream line by line and count lines in chunks, so a file of any size costs memory in proportion to the budget,
-never to the file.
+never to the file. With `numbered`, each line shown carries its line number as `cat -n` does, and the budget counts
+those prefixes too.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class _Line:
     whole: bool
 
 
-def _open_regular(workspace: Workspace, real: Path) -> BinaryIO:
+def open_regular(workspace: Workspace, real: Path) -> BinaryIO:
     """Open `real` for reading; a directory or a non-regular file (a FIFO would block the thread forever) fails."""
     try:
         fd = workspace.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -104,7 +105,14 @@ def _binary_note(f: BinaryIO, real: Path) -> str | None:
     return f"Binary file {real}: {os.fstat(f.fileno()).st_size} bytes ({kind}); not shown as text"
 
 
-def _collect(f: BinaryIO, limit: int | None, max_bytes: int, reserve: int) -> tuple[list[_Line], int, bool]:
+def _number(line: int, numbered: bool) -> str:
+    """The `cat -n` prefix of line `line`, or nothing."""
+    return f"{line:>6}\t" if numbered else ""
+
+
+def _collect(
+    f: BinaryIO, first: int, limit: int | None, max_bytes: int, reserve: int, numbered: bool
+) -> tuple[list[_Line], int, bool]:
     """Lines of the page while they fit `max_bytes`; how many fit with `reserve` kept for notes; True if overflowed."""
     lines: list[_Line] = []
     used = fitting = 0
@@ -112,8 +120,9 @@ def _collect(f: BinaryIO, limit: int | None, max_bytes: int, reserve: int) -> tu
         line = _read_line(f, max_bytes)
         if line is None:
             break
+        # Additive: JSON escapes each character on its own, so prefix and line can be sized apart.
+        used += json_size(_number(first + len(lines), numbered)) + json_size(line.text)
         lines.append(line)
-        used += json_size(line.text)  # additive: JSON escapes each character on its own
         if used > max_bytes or not line.whole:
             return lines, fitting, True
         if used <= max_bytes - reserve:
@@ -121,24 +130,27 @@ def _collect(f: BinaryIO, limit: int | None, max_bytes: int, reserve: int) -> tu
     return lines, fitting, False
 
 
-def _page(f: BinaryIO, first: int, limit: int | None, max_bytes: int) -> str:
+def _page(f: BinaryIO, first: int, limit: int | None, max_bytes: int, numbered: bool) -> str:
     """Lines from `first` (where `f` stands) within `max_bytes`, with a note saying how to read on when cut."""
     start, size = f.tell(), os.fstat(f.fileno()).st_size
     reserve = min(NOTE_RESERVE, max_bytes // 2)  # only a tiny (misconfigured) budget makes this smaller
-    lines, fitting, overflowed = _collect(f, limit, max_bytes, reserve)
+    lines, fitting, overflowed = _collect(f, first, limit, max_bytes, reserve, numbered)
+    texts = [_number(first + i, numbered) + line.text for i, line in enumerate(lines)]
     if not overflowed and f.tell() >= size:
-        return "".join(line.text for line in lines)
+        return "".join(texts)
     if not overflowed and fitting == len(lines):
         rest_lines, _ = _count_rest(f)
         last = first + len(lines) - 1
         total = last + rest_lines
-        return _join([line.text for line in lines], [_page_note(first, last, total)])
-    shown, notes = [line.text for line in lines[:fitting]], []
+        return _join(texts, [_page_note(first, last, total)])
+    shown, notes = texts[:fitting], []
     if not fitting:  # the first line alone is over the budget: show its beginning rather than nothing
-        shown = [cut_to_json_size(lines[0].text, max_bytes - reserve)]
+        prefix = _number(first, numbered)
+        head = cut_to_json_size(lines[0].text, max_bytes - reserve - json_size(prefix))
+        shown = [prefix + head]
         notes.append(
             f"[line {first} is {lines[0].size} bytes, over the budget: only its first "
-            f"{len(shown[0].encode('utf-8'))} bytes are shown]"
+            f"{len(head.encode('utf-8'))} bytes are shown]"
         )
         fitting = 1
     f.seek(start + sum(line.size for line in lines[:fitting]))
@@ -173,14 +185,17 @@ def check_page_args(offset: int | None, limit: int | None) -> None:
         raise ToolFailure(f"Error: limit must be 1 or more (a number of lines), not {limit}")
 
 
-def read_page(workspace: Workspace, path: str, first: int, limit: int | None, max_bytes: int) -> str:
-    """Lines of the file at `path` from line `first` (1-based) within `max_bytes`, or a note on a binary file."""
+def read_page(
+    workspace: Workspace, path: str, first: int, limit: int | None, max_bytes: int, numbered: bool = False
+) -> str:
+    """Lines of the file at `path` from line `first` (1-based) within `max_bytes`, or a note on a binary file;
+    `numbered`: each line prefixed with its number, right-aligned in 6 columns and a tab, as `cat -n` does."""
     real = workspace.resolve(path)
-    with _open_regular(workspace, real) as f:
+    with open_regular(workspace, real) as f:
         binary = _binary_note(f, real)
         if binary is not None:
             return binary
         if not _seek_to_line(f, first, os.fstat(f.fileno()).st_size):
             f.seek(0)
             raise ToolFailure(f"Error: {real} has only {_count_rest(f)[0]} lines")
-        return _page(f, first, limit, max_bytes)
+        return _page(f, first, limit, max_bytes, numbered)

@@ -1,4 +1,4 @@
-"""Running commands: bounded output capture, timeouts, cancellation, background processes and their signals.
+"""Running commands: bounded output capture, timeouts, cancellation, and signals to background processes.
 
 Every command runs in a new session (its own process group), so a timeout, a cancelled call or `terminal_kill`
 can signal the whole group: the command, and anything it started, with no child left behind.
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mcpserver.executor.capture import ProgressRelay, StreamCapture, spill_stem
-from mcpserver.executor.interface import BackgroundStart, ExecResult, OutputListener, ToolFailure
+from mcpserver.executor.interface import ExecResult, OutputListener, ToolFailure
 from mcpserver.executor.paths import Workspace
 from mcpserver.executor.savedoutput import SavedOutput
 from mcpserver.executor.spawn import Spawned, spawn
@@ -24,18 +24,8 @@ logger = logging.getLogger(__name__)
 TERM_GRACE = 2.0  # seconds between SIGTERM and SIGKILL
 PIPE_GRACE = 0.5  # how long pipes may stay open after the command exits (held by something it backgrounded)
 KILL_WAIT = 5.0  # how long to wait for a SIGKILLed process to be gone before giving up on it
-BACKGROUND_LOG_CAP = 64 * 1024 * 1024
 TIMEOUT_EXIT_CODE = 124
 TOO_MANY_TASKS = "too many processes for this user (the limit is SANDSTORM_TOOL_MAX_PROCESSES)"
-
-# The background wrapper: the command's output, both streams, into a log capped at $2 bytes. Past the cap the
-# rest is read and dropped, so the command never dies of SIGPIPE. GNU `head -c` never reads past its count, but
-# it buffers its output (stdio), so `stdbuf -o0` makes it write each piece as it comes: the log stays live.
-_BACKGROUND_SCRIPT = (
-    'bash -c "$1" 2>&1 | { if command -v stdbuf >/dev/null; then stdbuf -o0 head -c "$2"; else head -c "$2"; fi; '
-    'if [ "$(head -c 1 | wc -c)" -gt 0 ]; then printf "\\n[log cut at %s bytes]\\n" "$2"; cat >/dev/null; fi; '
-    '} > "$3"'
-)
 
 # Told the pid and start ticks of a command as soon as it runs (so its group can be ended if we die mid-call).
 SpawnListener = Callable[[int, int], None]
@@ -202,7 +192,13 @@ class _Collector:
 
 
 async def collect_output(
-    argv: list[str], *, env: dict[str, str], timeout: float, cap: int, pass_fds: tuple[int, ...] = ()
+    argv: list[str],
+    *,
+    env: dict[str, str],
+    timeout: float,
+    cap: int,
+    pass_fds: tuple[int, ...] = (),
+    cwd: str | None = None,
 ) -> Collected:
     """Run `argv` (no shell) as commands are run, both streams together, keeping at most `cap` bytes of them.
 
@@ -211,7 +207,7 @@ async def collect_output(
     Raises what `spawn` raises for a program that cannot be started.
     """
     collector = _Collector(cap)
-    child = spawn(argv, None, env, collector.feed, merge_stderr=True, pass_fds=pass_fds)
+    child = spawn(argv, cwd, env, collector.feed, merge_stderr=True, pass_fds=pass_fds)
     try:
         timed_out = await _supervise(child, timeout, collector.overflowed)
     except asyncio.CancelledError:
@@ -267,24 +263,6 @@ class ProcessOps:
             label="exec",
             on_spawn=on_spawn,
         )
-
-    async def start_background(self, command: str, cwd: str | None) -> BackgroundStart:
-        directory = self._working_dir(cwd)
-        log_cap = self.saved_output.grant(BACKGROUND_LOG_CAP)  # counted whole until the directory is measured again
-        if not log_cap:
-            raise ToolFailure(f"Error: not started: there is no room for its log: {self.saved_output.full_message()}")
-        log_path = self.saved_output.create() / f"{spill_stem('bg')}.log"
-        log_path.touch(exist_ok=False)  # exists as soon as we name it; the wrapper's redirect truncates it again
-        argv = ["/bin/bash", "-c", _BACKGROUND_SCRIPT, "sandstorm-bg", command, str(log_cap), str(log_path)]
-        try:
-            process = spawn(argv, directory, self.env, None)
-        except BlockingIOError as error:
-            self.saved_output.give_back(log_cap)
-            raise ToolFailure(f"Error: not started: {TOO_MANY_TASKS}") from error
-        ticks = read_start_ticks(process.pid)
-        if ticks is None:  # it cannot have been reaped yet: its end is noticed on the event loop, not yet run
-            raise ToolFailure(f"Error: background process {process.pid} vanished at start")
-        return BackgroundStart(pid=process.pid, pgid=process.pid, start_ticks=ticks, log_path=str(log_path))
 
     async def process_start_ticks(self, pid: int) -> int | None:
         return read_start_ticks(pid)

@@ -2,15 +2,36 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field
 
 from mcpserver.call import ToolCall
+from mcpserver.executor.paging import check_page_args
 from mcpserver.registry import tool
-from mcpserver.results import ENVELOPE_BYTES, ToolResult
+from mcpserver.results import ENVELOPE_BYTES, Image, ToolResult
 
 PathArg = Annotated[str, Field(description="Absolute, or relative to the workspace root; must stay inside it.")]
+
+
+IMAGE_MAX_BYTES = 5 * 1024 * 1024
+
+
+def image_cap(result_cap: int) -> int:
+    """The largest image (raw bytes) file_read returns inline: its base64 (4 characters per 3 bytes, rounded up)
+    must fit the room render() keeps for an image, with an envelope's room left for the line describing it."""
+    return min((result_cap - 3 * ENVELOPE_BYTES) // 4 * 3, IMAGE_MAX_BYTES)
+
+
+def image_result(image: dict[str, Any], cap: int) -> ToolResult:
+    described = f"Image {image['path']} ({image['mime']}, {image['size']} bytes)"
+    if image["data"] is None:
+        return ToolResult(
+            f"{described} is too large to return inline: the cap is {cap} bytes. Make a smaller copy first, e.g. "
+            "with terminal_exec running `convert IN -resize 1024x1024 -quality 85 OUT.jpg` (ImageMagick), "
+            "`ffmpeg -i IN -vf scale=1024:-1 OUT.png`, `pngquant` or `cwebp`, and read that."
+        )
+    return ToolResult(described, images=[Image(image["data"], image["mime"])])
 
 
 @tool(title="Read a file", read_only=True, idempotent=True)
@@ -19,10 +40,20 @@ async def file_read(
     path: PathArg,
     offset: Annotated[int | None, Field(description="First line to return (1-based).")] = None,
     limit: Annotated[int | None, Field(description="Number of lines to return.")] = None,
+    line_numbers: Annotated[
+        bool, Field(description="Prefix each line with its number in the file, as `cat -n` does.")
+    ] = False,
 ) -> ToolResult:
-    """Read a text file from the workspace. Large files are returned in pages: use offset and limit to read on."""
+    """Read a text file from the workspace. Large files are returned in pages: use offset and limit to read on.
+    A PNG, JPEG, GIF or WebP file (known by its first bytes, not its name) comes back as image content instead;
+    offset, limit and line_numbers do not apply to it."""
+    check_page_args(offset, limit)  # first, so a bad offset fails as it always did, image or not
+    cap = image_cap(call.result_cap)
     budget = call.result_cap - 2 * ENVELOPE_BYTES
-    return ToolResult(await call.executor.read_file(path, offset, limit, budget))
+    found = await call.executor.read_file_or_image(path, offset, limit, budget, line_numbers, cap)
+    if "image" in found:
+        return image_result(found["image"], cap)
+    return ToolResult(found["text"])
 
 
 @tool(title="Write a file", destructive=True, idempotent=True)

@@ -7,11 +7,12 @@ from typing import Annotated
 
 from pydantic import Field
 
-from mcpserver.background import find_started_process, record_signal, record_started_process
+from mcpserver.background import find_started_process, record_signal
 from mcpserver.call import ToolCall
 from mcpserver.executor.interface import ExecResult, ToolFailure
 from mcpserver.registry import tool
 from mcpserver.results import ENVELOPE_BYTES, ToolResult
+from mcpserver.tools.carry_on import run_until_background, start_recorded
 
 DEFAULT_TIMEOUT = 30.0
 MAX_TIMEOUT = 300.0
@@ -64,11 +65,21 @@ async def terminal_exec(
     command: Annotated[str, Field(description="Run with /bin/bash -c.")],
     cwd: CwdArg = None,
     timeout: Annotated[float | None, Field(description="Seconds; default 30, at most 300.")] = None,
+    background_after: Annotated[
+        float | None,
+        Field(
+            description="Seconds: a command still running then is not killed but carried on as a background "
+            "command (follow it with terminal_output); timeout then does not apply. Its stdout and stderr come "
+            "as one output."
+        ),
+    ] = None,
 ) -> ToolResult:
     """Run a shell command in the workspace and return its stdout, stderr and exit code.
 
     Long output is cut in the middle; the whole output is saved to a file the result names (read it with file_read).
     """
+    if background_after is not None:
+        return await run_until_background(call, command, cwd, background_after)
     # stdout and stderr travel twice (text and structured copy), so each copy gets under half of the cap.
     budget = (call.result_cap - 4 * ENVELOPE_BYTES) // 2
     listener = call.progress if call.wants_progress else None
@@ -78,11 +89,17 @@ async def terminal_exec(
 
 @tool(title="Start a background command", destructive=True, open_world=True)
 async def terminal_exec_background(
-    call: ToolCall, command: Annotated[str, Field(description="Run with /bin/bash -c, detached.")], cwd: CwdArg = None
+    call: ToolCall,
+    command: Annotated[str, Field(description="Run with /bin/bash -c, detached.")],
+    cwd: CwdArg = None,
+    stdin: Annotated[bool, Field(description="Keep its stdin open for terminal_input (else /dev/null).")] = False,
+    pty: Annotated[
+        bool, Field(description="Run it in a pseudo-terminal (for sudo, ssh, REPLs, prompts); implies stdin.")
+    ] = False,
 ) -> ToolResult:
     """Start a long-running command detached; its output goes to a log file named in the result."""
-    started = await call.executor.start_background(command, cwd)
-    await record_started_process(call.principal, started, command, cwd or "")
+    mode = "pty" if pty else "stdin" if stdin else "none"
+    started = await start_recorded(call, command, cwd, mode)
     return ToolResult(f"PID: {started.pid}\nStarted background process {started.pid}\nOutput: {started.log_path}")
 
 

@@ -161,6 +161,29 @@ check_background_survives_restart() {
     echo "background process $pid (as $AGENT) survived systemctl restart $EXECUTOR; terminal_kill ended it"
 }
 
+# A background command is followed with terminal_output across restarts of both units: its output, state and exit
+# code live in its job host and its files, not in either process.
+check_background_followed_across_restarts() {
+    local pid expected followed
+    # shellcheck disable=SC2016  # $i is the agent's shell's
+    pid="$(mcp background 'for i in $(seq 1 30); do echo tick $i; sleep 0.2; done; exit 4')" || fail "$pid"
+    systemctl restart "$EXECUTOR.service" "$SERVICE.service"
+    wait_for 60 curl -fs --max-time 5 -o /dev/null --cacert "$CADDY_CA" "https://$DOMAIN/health" || fail "no /health after the restart"
+    followed="$(mcp follow "$pid")" || fail "$followed"
+    expected="exited 4 $(for i in $(seq 1 30); do printf 'tick %s ' "$i"; done)"
+    [ "$followed" = "${expected% }" ] || fail "followed across restarts: '$followed'"
+    echo "background command $pid followed across restarts of $EXECUTOR and $SERVICE: 30 lines, exit code 4"
+}
+
+# The toolkit as installed: ripgrep came with the venv (file_grep finds it beside the executor's Python).
+check_toolkit_search() {
+    local found
+    mcp exec 'mkdir -p toolkit && printf "needle in a haystack\n" > toolkit/hay.txt' >/dev/null || fail "writing toolkit/hay.txt"
+    found="$(mcp grep 'needle')" || fail "$found"
+    case "$found" in *toolkit/hay.txt*) ;; *) fail "file_grep did not find toolkit/hay.txt: $found" ;; esac
+    echo "file_grep (the installed venv's rg, as $AGENT) found toolkit/hay.txt"
+}
+
 check_timers_services() {
     local name unit out
     # Unset retention: the job stops with one clear line, not an audit_prune with an empty date.

@@ -7,6 +7,8 @@ The official SDK client over streamable HTTP, through Caddy: https://DOMAIN/mcp 
     python mcp_check.py DOMAIN CA_FILE TOKEN_FILE exec COMMAND     # prints the command's stdout (exit 0 only)
     python mcp_check.py DOMAIN CA_FILE TOKEN_FILE background COMMAND  # prints the background process's pid
     python mcp_check.py DOMAIN CA_FILE TOKEN_FILE kill PID
+    python mcp_check.py DOMAIN CA_FILE TOKEN_FILE grep PATTERN        # prints file_grep's matching files
+    python mcp_check.py DOMAIN CA_FILE TOKEN_FILE follow ID           # terminal_output to the end: STATE CODE LINES
 """
 
 from __future__ import annotations
@@ -51,9 +53,33 @@ async def main(domain: str, ca_file: str, token_file: str, action: str, argument
             result = await client.call_tool("terminal_kill", {"pid": int(argument)})
             print(text_of(result))
             return 1 if result.is_error else 0
+        elif action == "grep":
+            result = await client.call_tool("file_grep", {"pattern": argument})
+            if result.is_error:
+                print(f"file_grep failed: {text_of(result)[:500]}")
+                return 1
+            print(" ".join(text_of(result).split()))
+        elif action == "follow":
+            return await follow(client, int(argument))
         else:
             print(f"unknown action {action!r}")
             return 2
+    return 0
+
+
+async def follow(client: Client, job: int) -> int:
+    """Read a background command's output from offset 0 until it has ended; print its state, code and lines."""
+    output, offset, state, code = "", 0, "running", None
+    while state == "running":
+        result = await client.call_tool("terminal_output", {"id": job, "offset": offset, "wait_ms": 10_000})
+        structured = result.structured_content or {}
+        if result.is_error or "next_offset" not in structured:
+            print(f"terminal_output failed: {text_of(result)[:500]}")
+            return 1
+        text = text_of(result)
+        output += text.split("\n\n", 1)[1] if "\n\n" in text else ""
+        offset, state, code = structured["next_offset"], structured["state"], structured["exit_code"]
+    print(state, code, " ".join(output.split()))
     return 0
 
 

@@ -222,6 +222,8 @@ main() {
     check second_install_changes_nothing
     check socket_activation
     check background_survives_restart
+    check background_followed_across_restarts
+    check toolkit_search
     check timers_services
     check executor_limits
     check fork_flood_stops_at_tasks_max

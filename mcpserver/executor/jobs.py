@@ -1,0 +1,361 @@
+"""Background commands: started in a job host (jobhost.py), followed, fed input, and their state read back.
+
+A job is named by its log's file name in the saved-output directory, `bg-<time>-<random>.log`; beside it are its
+state file (`.state`, written by the host) and, for a job started with stdin or a terminal, its input FIFO (`.in`,
+mode 0600). Everything a job is lives in those files and in its processes, never in the executor's memory: a job
+outlives the executor and the server that started it, and is found again from the registry's row after either
+restarts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import os
+import platform
+import re
+import stat
+import sys
+import termios
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mcpserver.executor import jobhost
+from mcpserver.executor.capture import spill_stem, trim_incomplete_end, trim_incomplete_start
+from mcpserver.executor.interface import BackgroundStart, ToolFailure
+from mcpserver.executor.processes import TOO_MANY_TASKS, read_start_ticks
+from mcpserver.executor.savedoutput import SavedOutput
+from mcpserver.executor.spawn import spawn
+from mcpserver.executor.textsize import json_size
+
+BACKGROUND_LOG_CAP = 64 * 1024 * 1024
+MODES = ("none", "stdin", "pty")
+HOST_START_TIMEOUT = 10.0
+POLL_INTERVAL = 0.01  # seconds between looks at a followed log: the wake-up latency of terminal_output's wait
+INPUT_LOOK_EVERY = 25  # polls: a wait looks through /proc for a reader of the job's input every 250 ms
+INPUT_TIMEOUT = 5.0  # how long terminal_input waits for a command that does not read what it was sent
+INPUT_FRAME = 64 * 1024
+JOB_LOG = re.compile(r"bg-\d{8}-\d{6}-[0-9a-f]{8}\.log")
+READ_SYSCALL = {"x86_64": 0, "aarch64": 63}.get(platform.machine())
+TTY_READ_WCHANS = frozenset({"n_tty_read", "wait_woken"})
+PIPE_READ_WCHANS = frozenset({"pipe_read", "anon_pipe_read", "pipe_wait"})
+
+
+@dataclass(frozen=True)
+class JobFiles:
+    directory: Path
+    stem: str
+
+    @property
+    def log(self) -> Path:
+        return self.directory / f"{self.stem}.log"
+
+    @property
+    def state(self) -> Path:
+        return self.directory / f"{self.stem}.state"
+
+    @property
+    def fifo(self) -> Path:
+        return self.directory / f"{self.stem}.in"
+
+
+def _alive(pid: int, ticks: int) -> bool:
+    return pid > 0 and read_start_ticks(pid) == ticks
+
+
+def _session_members(session: int) -> list[int]:
+    """The processes of `session` (field 6 of /proc/<pid>/stat): a job's command and all it started there."""
+    members = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as stat_file:
+                text = stat_file.read().decode("ascii", errors="replace")
+        except OSError:
+            continue
+        fields = text[text.rfind(")") + 1 :].split()
+        if len(fields) > 3 and fields[3] == str(session):
+            members.append(int(entry.name))
+    return members
+
+
+def _reads_from(pid: int, target: str) -> bool:
+    """Whether `pid` sleeps in a read of `target` (the job's terminal, or its stdin pipe).
+
+    /proc/<pid>/syscall names the call and its descriptor; where it cannot be read (a process of another user,
+    such as sudo), the kernel function it sleeps in, with its stdin being `target`, stands in.
+    """
+    try:
+        fields = Path(f"/proc/{pid}/syscall").read_text().split()
+        if READ_SYSCALL is not None and fields and fields[0] == str(READ_SYSCALL):
+            return os.readlink(f"/proc/{pid}/fd/{int(fields[1], 16)}") == target
+        if fields and fields[0] != "running":
+            return False
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        wchan = Path(f"/proc/{pid}/wchan").read_text().strip()
+        reading = TTY_READ_WCHANS if target.startswith("/dev/") else PIPE_READ_WCHANS
+        return wchan in reading and os.readlink(f"/proc/{pid}/fd/0") == target
+    except OSError:
+        return False
+
+
+def _echo_off(tty: str) -> bool:
+    """Whether the job's terminal has echo turned off, as a password prompt does it (sudo, ssh, passwd): the sign
+    that is left when the prompting program runs as another user, whose /proc entries cannot be read."""
+    try:
+        fd = os.open(tty, os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return not termios.tcgetattr(fd)[3] & termios.ECHO
+    except termios.error:
+        return False
+    finally:
+        os.close(fd)
+
+
+class JobOps:
+    """The background half of the executor; composed into LocalExecutor, which sets these attributes."""
+
+    env: dict[str, str]
+    saved_output: SavedOutput
+    _input_locks: dict[str, asyncio.Lock]
+    _working_dir: Callable[[str | None], str]  # ProcessOps'
+
+    # --- starting ------------------------------------------------------------------------------------------------
+
+    async def start_background(self, command: str, cwd: str | None, mode: str = "none") -> BackgroundStart:
+        if mode not in MODES:
+            raise ToolFailure(f"Error: mode must be one of {', '.join(MODES)}")
+        directory = self._working_dir(cwd)
+        log_cap = self.saved_output.grant(BACKGROUND_LOG_CAP)  # counted whole until the directory is measured again
+        if not log_cap:
+            raise ToolFailure(f"Error: not started: there is no room for its log: {self.saved_output.full_message()}")
+        files = JobFiles(self.saved_output.create(), spill_stem("bg"))
+        files.log.touch(exist_ok=False)  # exists as soon as we name it
+        if mode != "none":
+            os.mkfifo(files.fifo, 0o600)
+        spec = {"command": command, "mode": mode, "cap": log_cap}
+        spec |= {"log": str(files.log), "state": str(files.state), "fifo": str(files.fifo)}
+        argv = [sys.executable, "-I", "-S", jobhost.__file__, json.dumps(spec)]
+        answer = bytearray()
+        try:
+            host = spawn(argv, directory, self.env, lambda _n, data: answer.extend(data[:4096]), merge_stderr=True)
+        except BlockingIOError as error:
+            self.saved_output.give_back(log_cap)
+            raise ToolFailure(f"Error: not started: {TOO_MANY_TASKS}") from error
+        done, _ = await asyncio.wait({host.pipes_closed}, timeout=HOST_START_TIMEOUT)
+        words = bytes(answer).split()
+        if not done or len(words) != 2 or not all(word.isdigit() for word in words):
+            host.close_pipes()
+            said = bytes(answer).decode("utf-8", errors="replace").strip().splitlines()[-1:] or ["no answer"]
+            raise ToolFailure(f"Error: background command not started: its job host said: {said[0][:300]}")
+        pid, ticks = int(words[0]), int(words[1])
+        return BackgroundStart(pid=pid, pgid=pid, start_ticks=ticks, log_path=str(files.log))
+
+    # --- reading -------------------------------------------------------------------------------------------------
+
+    def _job(self, log_path: str) -> JobFiles:
+        """The job a registry row names, refused unless its log is a job log directly in the saved-output directory."""
+        path = Path(log_path)
+        if path.parent != self.saved_output.directory or not JOB_LOG.fullmatch(path.name):
+            raise ToolFailure(f"Error: {log_path} is not a background command's log")
+        return JobFiles(path.parent, path.name.removesuffix(".log"))
+
+    def _state(self, files: JobFiles, pid: int, ticks: int) -> dict[str, Any]:
+        """What the host last wrote, checked against the processes: a host gone without an exit is `lost`."""
+        state = _read_state(files.state)
+        if state.get("state") in ("exited", "killed"):
+            return state
+        host_alive = _alive(state.get("host_pid", 0), state.get("host_ticks", -1))
+        if state and host_alive:
+            return state
+        if _alive(pid, ticks):
+            return {**state, "state": "running"}
+        return {**state, "state": "lost"}
+
+    def _describe(self, files: JobFiles, pid: int, ticks: int, look_for_input: bool = True) -> dict[str, Any]:
+        state = self._state(files, pid, ticks)
+        try:
+            size = os.stat(files.log, follow_symlinks=False).st_size
+        except FileNotFoundError:
+            size = 0
+        target = state.get("stdin_target") or ""
+        waiting = state["state"] == "running" and bool(target) and look_for_input and self._waits_for_input(pid, target)
+        return {
+            "state": state["state"],
+            "exit_code": state.get("exit_code"),
+            "signal": state.get("signal"),
+            "mode": state.get("mode", "none"),
+            "size": size,
+            "waiting_for_input": waiting,
+            "ended": state.get("ended"),
+        }
+
+    @staticmethod
+    def _waits_for_input(session: int, target: str) -> bool:
+        if any(_reads_from(member, target) for member in _session_members(session)):
+            return True
+        return target.startswith("/dev/") and _echo_off(target)
+
+    async def job_output(
+        self,
+        log_path: str,
+        pid: int,
+        start_ticks: int,
+        offset: int | None,
+        tail: int | None,
+        max_bytes: int,
+        wait_ms: int,
+        until_end: bool = False,
+    ) -> dict[str, Any]:
+        """Output from `offset` (or the last `tail` bytes), at most `max_bytes`, cut at a character boundary.
+
+        With `wait_ms`, waits until there is output past the offset (or, `until_end`, regardless of output) or the
+        command is no longer running.
+        """
+        files = self._job(log_path)
+        described = self._describe(files, pid, start_ticks)
+        if tail is not None:
+            offset = max(0, described["size"] - tail)
+        start = offset or 0
+        deadline = time.monotonic() + wait_ms / 1000
+        polls = 0
+        while (
+            described["state"] == "running"
+            and (until_end or (described["size"] <= start and not described["waiting_for_input"]))
+            and time.monotonic() < deadline
+        ):  # a command waiting for input writes nothing more until it gets some: the wait ends there
+            await asyncio.sleep(POLL_INTERVAL)
+            polls += 1
+            described = self._describe(files, pid, start_ticks, look_for_input=polls % INPUT_LOOK_EVERY == 0)
+        if polls and described["state"] == "running":
+            described = self._describe(files, pid, start_ticks)
+        data = self._read_log(files, start, max_bytes)
+        if tail is not None or start > 0:
+            skipped = len(data) - len(trim_incomplete_start(data))
+            data, start = data[skipped:], start + skipped
+        data = _fit(data, max_bytes, whole=start + len(data) >= described["size"])
+        return {**described, "offset": start, "next_offset": start + len(data), "output": data.decode(errors="replace")}
+
+    def _read_log(self, files: JobFiles, start: int, max_bytes: int) -> bytes:
+        try:
+            fd = os.open(files.log, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return b""
+        except OSError as error:
+            raise ToolFailure(f"Error: cannot read {files.log}: {error.strerror}") from error
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ToolFailure(f"Error: {files.log} is not a regular file")
+            return os.pread(fd, max_bytes, start)
+        finally:
+            os.close(fd)
+
+    async def job_states(self, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The state of each job (`log_path`, `pid`, `start_ticks`), in order; a job not found reads as lost."""
+        found = []
+        for job in jobs:
+            try:
+                files = self._job(str(job["log_path"]))
+            except ToolFailure:
+                found.append({"state": "lost", "size": 0, "waiting_for_input": False, "mode": "none"})
+                continue
+            found.append(self._describe(files, int(job["pid"]), int(job["start_ticks"])))
+        return found
+
+    # --- input ---------------------------------------------------------------------------------------------------
+
+    async def job_input(self, log_path: str, pid: int, start_ticks: int, text: str, eof: bool) -> dict[str, Any]:
+        files = self._job(log_path)
+        described = self._describe(files, pid, start_ticks)
+        if described["mode"] == "none":
+            raise ToolFailure(
+                f"Error: background command {pid} was started without stdin: start it with stdin (or pty) true"
+            )
+        if described["state"] != "running":
+            raise ToolFailure(f"Error: background command {pid} is no longer running ({described['state']})")
+        data = text.encode()
+        frames = [jobhost.FRAME_HEADER.pack(b"D", len(part)) + part for part in _pieces(data, INPUT_FRAME)]
+        if eof:
+            frames.append(jobhost.FRAME_HEADER.pack(b"E", 0))
+        lock = self._input_locks.setdefault(files.stem, asyncio.Lock())
+        async with lock:  # frames of two calls must not interleave in the FIFO
+            await self._write_fifo(files, pid, b"".join(frames))
+        return {**self._describe(files, pid, start_ticks), "written": len(data)}
+
+    async def _write_fifo(self, files: JobFiles, pid: int, payload: bytes) -> None:
+        try:
+            fd = os.open(files.fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as error:
+            if error.errno in (errno.ENXIO, errno.ENOENT):
+                raise ToolFailure(
+                    f"Error: background command {pid} no longer takes input (its job host is gone)"
+                ) from None
+            raise ToolFailure(f"Error: cannot write to background command {pid}: {error.strerror}") from error
+        try:
+            if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+                raise ToolFailure(f"Error: {files.fifo} is not the job's input FIFO")
+            deadline = time.monotonic() + INPUT_TIMEOUT
+            view = memoryview(payload)
+            while view:
+                try:
+                    view = view[os.write(fd, view) :]
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise ToolFailure(
+                            f"Error: background command {pid} is not reading its input: "
+                            f"{len(payload) - len(view)} of {len(payload)} bytes were passed on"
+                        ) from None
+                    await asyncio.sleep(POLL_INTERVAL)
+        finally:
+            os.close(fd)
+
+
+def _fit(data: bytes, budget: int, whole: bool) -> bytes:
+    """The longest head of `data` whose text fits `budget` JSON bytes (escapes and replacement characters count),
+    never ending inside a character unless it is the whole rest of the log."""
+    if not whole:
+        data = trim_incomplete_end(data)
+    while data and (size := json_size(data.decode(errors="replace"))) > budget:
+        data = trim_incomplete_end(data[: min(len(data) - 1, len(data) * budget // size)])
+    return data
+
+
+# What a state file may hold, and of which type: it is in the agent's workspace, so the agent could write anything there.
+STATE_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "state": str, "pid": int, "start_ticks": int, "host_pid": int, "host_ticks": int, "mode": str,
+    "stdin_target": str, "exit_code": int, "signal": int, "ended": (int, float),
+}  # fmt: skip
+STATES = frozenset({"running", "exited", "killed"})
+
+
+def _read_state(path: Path) -> dict[str, Any]:
+    """The fields of a job's state file that have the type they should; {} for none (no file: a command started
+    before job hosts, or one whose files were pruned)."""
+    try:
+        with open(path, "rb") as state_file:
+            found = json.load(state_file)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(found, dict):
+        return {}
+    state = {
+        key: value
+        for key, value in found.items()
+        if key in STATE_FIELDS and isinstance(value, STATE_FIELDS[key]) and not isinstance(value, bool)
+    }
+    if state.get("state") not in STATES or state.get("mode", "none") not in MODES:
+        return {}
+    return state
+
+
+def _pieces(data: bytes, size: int) -> list[bytes]:
+    return [data[at : at + size] for at in range(0, len(data), size)] or [b""]

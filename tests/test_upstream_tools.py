@@ -1,0 +1,67 @@
+"""The 20 tools of the reference server stay as they were: names, titles, annotations, parameters and descriptions.
+
+tests/upstream_tools.json is tools/list as it was before the agent toolkit (issue 18) added tools beside them. The
+only changes allowed are the optional parameters that issue gives them (so far `file_read`'s `line_numbers`), and sentences added after a
+description.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+
+from mcpserver.process import sandstorm_version
+from mcpserver.services import build_services
+from mcpserver.tool_server import build_server
+
+GOLDEN = json.loads((Path(__file__).parent / "upstream_tools.json").read_text())
+ADDED_PARAMETERS = {
+    "file_read": {"line_numbers"},
+    "terminal_exec": {"background_after"},
+    "terminal_exec_background": {"stdin", "pty"},
+}
+
+
+@pytest.fixture(scope="module")
+def listed() -> list[dict[str, Any]]:
+    async def tools() -> list[dict[str, Any]]:
+        async with Client(build_server(sandstorm_version(), build_services()), mode="legacy") as client:
+            found = (await client.list_tools()).tools
+        return [tool.model_dump(mode="json", by_alias=True, exclude_none=True) for tool in found]
+
+    return anyio.run(tools)
+
+
+def test_the_twenty_come_first_in_their_order(listed: list[dict[str, Any]]) -> None:
+    assert len(GOLDEN) == 20
+    assert [tool["name"] for tool in listed[:20]] == [tool["name"] for tool in GOLDEN]
+
+
+@pytest.mark.parametrize("golden", GOLDEN, ids=[tool["name"] for tool in GOLDEN])
+def test_an_upstream_tool_is_unchanged(golden: dict[str, Any], listed: list[dict[str, Any]]) -> None:
+    tool = next(tool for tool in listed if tool["name"] == golden["name"])
+    assert tool["title"] == golden["title"]
+    assert tool["annotations"] == golden["annotations"]
+    assert "outputSchema" not in tool, "an upstream tool publishing a schema would have clients validate its results"
+    assert tool["description"].startswith(golden["description"])
+    schema, was = tool["inputSchema"], golden["inputSchema"]
+    assert schema.get("required", []) == was.get("required", [])
+    for name, definition in was["properties"].items():
+        assert schema["properties"][name] == definition, f"{golden['name']}.{name} changed"
+    added = set(schema["properties"]) - set(was["properties"])
+    assert added == ADDED_PARAMETERS.get(golden["name"], set())
+    for name in added:
+        assert "default" in schema["properties"][name], f"{golden['name']}.{name} must be optional"
+
+
+def test_every_tool_added_beside_them_publishes_an_output_schema(listed: list[dict[str, Any]]) -> None:
+    added = listed[20:]
+    assert added, "the toolkit's tools are listed after the 20"
+    for tool in added:
+        assert tool.get("outputSchema", {}).get("type") == "object", f"{tool['name']} has no outputSchema"
+        assert "readOnlyHint" in tool["annotations"], f"{tool['name']} is not annotated"
