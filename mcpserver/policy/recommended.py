@@ -87,7 +87,16 @@ RECOMMENDED: list[dict[str, Any]] = [
     {
         "id": "home-dotfiles",
         "decision": "ask",
-        "tools": ["file_write", "file_delete", "file_move", "file_mkdir", "terminal_exec", "terminal_exec_background"],
+        "tools": [
+            "file_write",
+            "file_edit",
+            "file_multi_edit",
+            "file_delete",
+            "file_move",
+            "file_mkdir",
+            "terminal_exec",
+            "terminal_exec_background",
+        ],
         "paths": ["~/.*", "~/.*/**"],
         "commands": [
             f">{_HOME_DOTFILES}",

@@ -44,6 +44,10 @@ TOOL_NAMES = (
     "file_list",
     "file_move",
     "file_mkdir",
+    "file_edit",
+    "file_multi_edit",
+    "file_grep",
+    "file_glob",
     "git_clone",
     "git_status",
     "git_commit",
@@ -56,6 +60,9 @@ TOOL_NAMES = (
     "terminal_exec",
     "terminal_exec_background",
     "terminal_kill",
+    "terminal_output",
+    "terminal_list",
+    "terminal_input",
     "workspace_info",
     "workspace_install",
 )
@@ -68,6 +75,10 @@ PATH_ARGUMENTS: Mapping[str, tuple[str, ...]] = {
     "file_list": ("path",),
     "file_move": ("source", "dest"),
     "file_mkdir": ("path",),
+    "file_edit": ("path",),
+    "file_multi_edit": ("path",),
+    "file_grep": ("path",),
+    "file_glob": ("path",),
     **{name: ("path",) for name in TOOL_NAMES if name.startswith("git_")},
 }
 _MAX_FOUND = 4096
