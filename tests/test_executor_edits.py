@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from mcpserver.executor import beneath, editing
+from mcpserver.executor import editing
 from mcpserver.executor.editing import EditOps
 from mcpserver.executor.interface import ToolFailure
 from mcpserver.executor.paths import Workspace
+from tests.beneath_fixtures import resolution, ws  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.anyio
 
@@ -24,23 +25,6 @@ BUDGET = 256 * 1024
 class Edits(EditOps):
     def __init__(self, root: Path) -> None:
         self.workspace = Workspace(root)
-
-
-@pytest.fixture(autouse=True, params=["openat2", "walk"])
-def resolution(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test runs twice: paths opened with openat2, and with the O_NOFOLLOW walk used where it is missing."""
-    if request.param == "openat2" and not beneath.openat2_available():
-        pytest.skip("this kernel (or its seccomp filter) has no openat2")
-    if request.param == "walk":
-        monkeypatch.setattr(beneath, "USE_OPENAT2", False)
-    return str(request.param)
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    return Path(os.path.realpath(root))
 
 
 @pytest.fixture

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from mcpserver.executor import beneath
 from mcpserver.executor.environment import clean_environment
 from mcpserver.executor.files import FileOps
 from mcpserver.executor.images import ImageOps
 from mcpserver.executor.interface import ToolFailure
 from mcpserver.executor.paths import Workspace
 from mcpserver.executor.textsize import json_size
+from tests.beneath_fixtures import resolution, ws  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.anyio
 
@@ -32,23 +32,6 @@ class Reads(FileOps, ImageOps):
         self.workspace = Workspace(root)
         self.root = str(self.workspace.root)
         self.env = clean_environment()
-
-
-@pytest.fixture(autouse=True, params=["openat2", "walk"])
-def resolution(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test runs twice: paths opened with openat2, and with the O_NOFOLLOW walk used where it is missing."""
-    if request.param == "openat2" and not beneath.openat2_available():
-        pytest.skip("this kernel (or its seccomp filter) has no openat2")
-    if request.param == "walk":
-        monkeypatch.setattr(beneath, "USE_OPENAT2", False)
-    return str(request.param)
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    return Path(os.path.realpath(root))
 
 
 @pytest.fixture
