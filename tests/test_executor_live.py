@@ -1,5 +1,5 @@
 """The executor behind a real server (development mode: the server's child): liveness, interrupted calls,
-background processes that outlive the server, and what /health says."""
+background processes that outlive the server, what /health says, and what a killed server leaves behind."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from tests.live import (
     poll,
     running_server,
     shut_sockets_of,
+    still_running,
     text_of,
 )
 
@@ -199,6 +200,28 @@ async def test_health_restarts_a_dead_development_executor(tmp_path: Path) -> No
         )
         assert httpx2.get(f"{server.url}/health", timeout=30).json()["executor"]["ok"] is True
         assert executor_pid(server) != first
+    finally:
+        server.stop()
+
+
+async def test_a_server_killed_with_sigkill_leaves_nothing_in_the_temp_directory_and_starts_again(
+    tmp_path: Path,
+) -> None:
+    # The development executor has no socket file (child.py); before 0.2.0 its socket's directory came from mkdtemp,
+    # and a killed server left it behind. The executor and its tools get the same TMPDIR here.
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    server = make_server(tmp_path / "server", TMPDIR=str(temp), SANDSTORM_TOOL_ENV_ALLOW="TMPDIR")
+    server.start()
+    try:
+        async with mcp_client(server.mcp_url, server.token) as client:
+            assert not (await client.call_tool("terminal_exec", {"command": "true"})).is_error
+        executor = executor_pid(server)
+        server.stop(signal.SIGKILL)
+        poll(lambda: not still_running(executor), 10, what="its executor to exit with it")
+        assert list(temp.iterdir()) == []
+        server.start()
+        assert httpx2.get(f"{server.url}/health", timeout=30).json()["executor"]["ok"] is True
     finally:
         server.stop()
 
