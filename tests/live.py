@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import secrets
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -256,6 +258,14 @@ def live_pids_with(marker: str) -> list[int]:
     return found
 
 
+def still_running(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie waiting to be reaped has ended)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def live_group_members(pgid: int) -> list[int]:
     """Processes of group `pgid` that still run (a zombie waiting for its new parent to reap it has ended)."""
     members = []
@@ -266,6 +276,40 @@ def live_group_members(pgid: int) -> list[int]:
         except (ProcessLookupError, psutil.Error):
             continue
     return members
+
+
+SYS_PIDFD_GETFD = 438  # the same number on every architecture (Linux 5.6, after the syscall tables were unified)
+_libc = ctypes.CDLL(None, use_errno=True)
+PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
+def shut_sockets_of(pid: int, peer: int, types: frozenset[int] = frozenset({socket.SOCK_STREAM})) -> int:
+    """Shut down, both ways, the sockets of these `types` that process `pid` holds towards process `peer` (which made
+    or connected their other end: SO_PEERCRED), as if `pid` had closed them while it lives on. Each is reached through
+    a copy of its descriptor (pidfd_getfd), so `peer` reads end-of-file and so does `pid`; its other sockets (its
+    event loop's own wake-up pair) are left alone. Needs ptrace rights over `pid` (root in CI). Returns how many."""
+    pidfd = os.pidfd_open(pid)
+    shut = 0
+    try:
+        for name in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                if not os.readlink(f"/proc/{pid}/fd/{name}").startswith("socket:["):
+                    continue
+            except FileNotFoundError:  # closed meanwhile
+                continue
+            fd = _libc.syscall(SYS_PIDFD_GETFD, pidfd, int(name), 0)
+            if fd < 0:
+                raise OSError(ctypes.get_errno(), f"pidfd_getfd of fd {name} of process {pid}")
+            with socket.socket(fileno=fd) as copy:
+                made_by, _uid, _gid = PEERCRED.unpack(
+                    copy.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEERCRED.size)
+                )
+                if copy.type in types and made_by == peer:
+                    copy.shutdown(socket.SHUT_RDWR)
+                    shut += 1
+    finally:
+        os.close(pidfd)
+    return shut
 
 
 # What an mcp:read credential is offered: the upstream readers and the toolkit's (searching changes nothing).

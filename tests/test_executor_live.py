@@ -1,12 +1,15 @@
 """The executor behind a real server (development mode: the server's child): liveness, interrupted calls,
-background processes that outlive the server, and what /health says."""
+background processes that outlive the server, what /health says, and what a killed server leaves behind."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
+import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx2
@@ -21,10 +24,15 @@ from tests.live import (
     make_server,
     mcp_client,
     poll,
+    running_server,
+    shut_sockets_of,
+    still_running,
     text_of,
 )
 
 pytestmark = [pytest.mark.live, pytest.mark.anyio]
+# How soon a call's error reaches the client once its executor is lost: nothing is waited for (about 10 ms).
+LOST_REPORTED_WITHIN = 0.5
 
 
 def executor_pid(server: LiveServer) -> int:
@@ -130,30 +138,53 @@ async def test_health_names_the_executor_and_its_user(live_server: LiveServer) -
     assert body["executor"]["user"] == psutil.Process().username()
 
 
-async def test_killing_the_executor_mid_call_records_interrupted_and_the_next_call_works(tmp_path: Path) -> None:
-    server = make_server(tmp_path)
-    server.start()
-    try:
-        marker = f"lost-{uuid.uuid4().hex}"
-        async with mcp_client(server.mcp_url, server.token) as client:
-            async with command_the_server_tracks(client, marker) as results:
-                first = executor_pid(server)
-                psutil.Process(first).kill()
-            result = results[0]
-            assert result.is_error is True
-            assert "tool executor stopped during this call" in text_of(result)
-            rows = call_records(server, marker)
-            assert [row["kind"] for row in rows] == ["call.started", "call.finished"]
-            assert rows[1]["outcome"] == "interrupted"
-            # The next call works: the server started a new executor.
-            again = await client.call_tool("terminal_exec", {"command": "echo back"})
-            assert text_of(again) == "stdout:\nback\n\nexit_code: 0"
-            assert executor_pid(server) != first
-            # The command the dead executor had running was ended.
-            await apoll(lambda: not live_pids_with(marker), 15, "the orphaned command to end")
-        assert server.manage("audit_verify").returncode == 0
-    finally:
-        server.stop()
+@pytest.fixture(scope="module")
+def server_that_loses_executors(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    with running_server(tmp_path_factory.mktemp("loses-executors")) as server:
+        yield server
+
+
+def drop_its_connections(server: LiveServer, pid: int) -> None:
+    """The executor closes its connections to the server and lives on (as it does with a frame it cannot read)."""
+    assert server.process is not None
+    assert shut_sockets_of(pid, server.process.pid) >= 1  # the call's connection, at least
+
+
+# Ways to lose the executor under a call: what is done to its pid, and whether it lives on after.
+WAYS_TO_LOSE_IT: dict[str, tuple[Callable[[LiveServer, int], object], bool]] = {
+    "killed": (lambda server, pid: os.kill(pid, signal.SIGKILL), False),
+    "terminated": (lambda server, pid: os.kill(pid, signal.SIGTERM), False),
+    "connection dropped": (drop_its_connections, True),
+}
+
+
+@pytest.mark.parametrize("way", WAYS_TO_LOSE_IT)
+async def test_a_call_whose_executor_is_lost_fails_at_once_is_recorded_interrupted_and_the_next_call_works(
+    server_that_loses_executors: LiveServer, way: str
+) -> None:
+    server = server_that_loses_executors
+    lose, lives_on = WAYS_TO_LOSE_IT[way]
+    marker = f"lost-{uuid.uuid4().hex}"
+    async with mcp_client(server.mcp_url, server.token) as client:
+        async with command_the_server_tracks(client, marker) as results:
+            first = executor_pid(server)
+            lost_at = time.monotonic()
+            lose(server, first)
+        # The block ends when the call's result has reached the client.
+        assert time.monotonic() - lost_at < LOST_REPORTED_WITHIN
+        result = results[0]
+        assert result.is_error is True
+        assert "tool executor stopped during this call" in text_of(result)
+        rows = call_records(server, marker)
+        assert [row["kind"] for row in rows] == ["call.started", "call.finished"]
+        assert rows[1]["outcome"] == "interrupted"
+        # The next call works: on a new executor, or on the same one if it lives on.
+        again = await client.call_tool("terminal_exec", {"command": "echo back"})
+        assert text_of(again) == "stdout:\nback\n\nexit_code: 0"
+        assert (executor_pid(server) == first) is lives_on
+        # The command the lost call had running was ended.
+        await apoll(lambda: not live_pids_with(marker), 15, "the orphaned command to end")
+    assert server.manage("audit_verify").returncode == 0
 
 
 async def test_health_restarts_a_dead_development_executor(tmp_path: Path) -> None:
@@ -169,6 +200,28 @@ async def test_health_restarts_a_dead_development_executor(tmp_path: Path) -> No
         )
         assert httpx2.get(f"{server.url}/health", timeout=30).json()["executor"]["ok"] is True
         assert executor_pid(server) != first
+    finally:
+        server.stop()
+
+
+async def test_a_server_killed_with_sigkill_leaves_nothing_in_the_temp_directory_and_starts_again(
+    tmp_path: Path,
+) -> None:
+    # The development executor has no socket file (child.py); before 0.2.0 its socket's directory came from mkdtemp,
+    # and a killed server left it behind. The executor and its tools get the same TMPDIR here.
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    server = make_server(tmp_path / "server", TMPDIR=str(temp), SANDSTORM_TOOL_ENV_ALLOW="TMPDIR")
+    server.start()
+    try:
+        async with mcp_client(server.mcp_url, server.token) as client:
+            assert not (await client.call_tool("terminal_exec", {"command": "true"})).is_error
+        executor = executor_pid(server)
+        server.stop(signal.SIGKILL)
+        poll(lambda: not still_running(executor), 10, what="its executor to exit with it")
+        assert list(temp.iterdir()) == []
+        server.start()
+        assert httpx2.get(f"{server.url}/health", timeout=30).json()["executor"]["ok"] is True
     finally:
         server.stop()
 

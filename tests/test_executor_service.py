@@ -14,20 +14,22 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from mcpserver.executor import child as child_module
 from mcpserver.executor import wire
 from mcpserver.executor.child import ExecutorChild
 from mcpserver.executor.interface import OPERATIONS, ExecResult, Executor, ExecutorError, OutputListener, ToolFailure
 from mcpserver.executor.local import LocalExecutor
 from mcpserver.executor.remote import Connection, ExecutorFault, ExecutorLost, ExecutorUnavailable, RemoteExecutor
 from mcpserver.executor.service import refusal_for
-from tests.live import REPO, live_pids_with, poll
+from tests.live import REPO, live_pids_with, poll, shut_sockets_of, still_running
 
 pytestmark = [pytest.mark.anyio]
 NOBODY = 65534
@@ -288,6 +290,61 @@ async def test_an_executor_killed_mid_call_interrupts_the_call_and_the_next_call
     assert child.restarts == 1 and child.pid != first_pid
     # The command the dead executor left behind is ended by the new one.
     await asyncio.to_thread(poll, lambda: not live_pids_with(marker), 15, what="the orphaned command to be ended")
+
+
+async def a_call_lost_under(
+    child: ExecutorChild, monkeypatch: pytest.MonkeyPatch, marker: str, lose: Callable[[int], None]
+) -> float:
+    """Start a long command, lose the executor under it with `lose(pid)`; how long the call then took to fail."""
+    spawned = notice_of_spawn(monkeypatch)
+    call = asyncio.ensure_future(remote(child).run_command(f"sleep 60; : {marker}", None, 120, 65536, None))
+    await asyncio.wait_for(spawned.wait(), 15)
+    assert child.pid is not None
+    lost_at = time.monotonic()
+    lose(child.pid)
+    with pytest.raises(ExecutorLost):
+        await call
+    return time.monotonic() - lost_at
+
+
+async def test_a_call_whose_connection_a_living_executor_drops_fails_at_once_and_the_executor_serves_on(
+    child: ExecutorChild, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first_pid, marker = child.pid, f"dropped-{uuid.uuid4().hex}"
+
+    def drop_its_connections(pid: int) -> None:
+        assert shut_sockets_of(pid, os.getpid()) >= 1  # the call's connection, at least
+
+    assert await a_call_lost_under(child, monkeypatch, marker, drop_its_connections) < 0.5
+    # Nothing is wrong with the executor itself: the next call goes to it, without a restart.
+    result = await remote(child).run_command("echo back", None, 30, 65536, None)
+    assert result.stdout == "back\n"
+    assert child.pid == first_pid and child.restarts == 0
+    await asyncio.to_thread(poll, lambda: not live_pids_with(marker), 15, what="the dropped call's command to end")
+
+
+async def test_an_executor_that_stops_serving_but_does_not_exit_is_replaced_before_the_next_call(
+    child: ExecutorChild, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(child_module, "LOST_WAIT", 0.2)
+    first_pid, marker = child.pid, f"stuck-{uuid.uuid4().hex}"
+    assert first_pid is not None
+
+    def stuck_on_its_way_out(pid: int) -> None:
+        os.kill(pid, signal.SIGSTOP)  # it will never finish stopping by itself
+        shut_sockets_of(pid, os.getpid(), frozenset({socket.SOCK_STREAM, socket.SOCK_SEQPACKET}))  # its channel too
+
+    try:
+        assert await a_call_lost_under(child, monkeypatch, marker, stuck_on_its_way_out) < 0.5
+        result = await remote(child).run_command("echo back", None, 30, 65536, None)
+        assert result.stdout == "back\n"
+        assert child.pid != first_pid and child.restarts == 1
+        assert not still_running(first_pid)
+        # The command the stuck executor had running is ended by the new one.
+        await asyncio.to_thread(poll, lambda: not live_pids_with(marker), 15, what="the orphaned command to be ended")
+    finally:
+        if still_running(first_pid):
+            os.kill(first_pid, signal.SIGKILL)
 
 
 async def test_a_background_process_outlives_its_executor_and_a_new_one_can_signal_it(child: ExecutorChild) -> None:

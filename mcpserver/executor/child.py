@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from mcpserver.executor import wire
 from mcpserver.executor.handover import READY
 from mcpserver.executor.remote import RemoteExecutor
 
@@ -32,7 +33,8 @@ logger = logging.getLogger(__name__)
 
 START_DEADLINE = 20.0
 START_POLL = 0.01  # seconds between checks that a starting child listens
-LOST_WAIT = 2.0  # how long a child that dropped a call may take to exit before we look again
+LOST_WAIT = 2.0  # how long a child that stopped serving may take to exit before it is killed (the next call waits)
+EXIT_POLL = 0.02  # seconds between checks that such a child has exited
 ADDRESS = "the development executor's private channel"  # named in messages where a socket path would be
 
 
@@ -46,6 +48,8 @@ class ExecutorChild:
         self._channel: socket.socket | None = None  # our end; connections go down it
         self._lock = threading.Lock()
         self._listening = False  # whether the current child has answered once
+        self._losses = 0  # calls that lost their connection
+        self._settled = 0  # of those, how many the next call has looked into (_settle)
         self.restarts = 0
         atexit.register(self.stop)
 
@@ -165,17 +169,47 @@ class ExecutorChild:
             time.sleep(START_POLL)
 
     async def ensure_running(self) -> None:
-        """Before each call: restart the child if it died, and wait (without blocking the loop) until it answers."""
+        """Before each call: after a lost call, let a dying child finish dying; restart the child if it died; wait
+        (without blocking the loop) until it answers."""
+        if self._settled != self._losses:
+            await self._settle()
         deadline = self._launch()
         while deadline is not None and not self._listening_now(deadline):
             await asyncio.sleep(START_POLL)
 
-    async def lost(self) -> None:
-        """A call lost its connection: wait briefly for the child to be gone, then check it before the next call."""
+    def lost(self) -> None:
+        """A call lost its connection. Only noted: that call fails at once, and the next one looks into it first."""
+        self._losses += 1
+
+    async def _settle(self) -> None:
+        """After a lost call: a child that answers a ping dropped only that call (or is slow) and is kept. One that
+        drops the ping is dying (killed, or stopping) and must not be handed the next call: wait for it to exit, and
+        kill it if it has not within LOST_WAIT; `_launch` then starts a new one."""
+        losses, process = self._losses, self._process
         deadline = time.monotonic() + LOST_WAIT
-        while self.alive() and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-        self._listening = False
+        if process is not None and process.poll() is None and await self._drops_a_ping(deadline):
+            if not await _exited(process, deadline):
+                logger.warning("the tool executor (pid %d) stopped serving but did not exit; killing it", process.pid)
+                process.kill()
+                await _exited(process, time.monotonic() + LOST_WAIT)
+        self._settled = max(self._settled, losses)
+
+    async def _drops_a_ping(self, deadline: float) -> bool:
+        """Whether the child drops a ping instead of answering it: it is going away. Answering late is not dropping."""
+        try:
+            reader, writer = await asyncio.open_unix_connection(sock=self.connect())
+        except ConnectionRefusedError:  # it is gone, or its end of the channel is closed: it takes no connection
+            return True
+        try:
+            writer.write(wire.encode({"op": "ping", "args": {}}))
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                return await wire.read_frame(reader) is None
+        except TimeoutError:
+            return False
+        except (ConnectionError, wire.FrameError):
+            return True
+        finally:
+            writer.close()
 
     def stop(self) -> None:
         process = self._process
@@ -190,3 +224,12 @@ class ExecutorChild:
             if self._channel is not None:
                 self._channel.close()
                 self._channel = None
+
+
+async def _exited(process: subprocess.Popen[bytes], deadline: float) -> bool:
+    """Whether `process` has exited by `deadline` (a time.monotonic() value), checked without blocking the loop."""
+    while process.poll() is None:
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(EXIT_POLL)
+    return True

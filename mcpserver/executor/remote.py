@@ -40,9 +40,11 @@ class ExecutorFault(ExecutorError):
     """The executor answered with an internal error (a bug or a broken host, not the agent's doing)."""
 
 
-# Makes sure an executor is listening before a connection is tried (the development child restarts it), and
-# lets a dying one finish dying after a lost call, so the next call does not connect to its closing socket.
+# Makes sure an executor is listening before a connection is tried: the development child restarts a dead one, and
+# after a lost call lets a dying one finish dying first, so the next call is not handed to it.
 Starter = Callable[[], Awaitable[None]]
+# Told the moment a call loses its connection; it waits for nothing, so the call fails at once (the next one waits).
+LossListener = Callable[[], None]
 # A connected socket to the executor made without a socket file (the development child's channel); never blocks.
 Dialer = Callable[[], socket.socket]
 
@@ -93,7 +95,7 @@ class RemoteExecutor(Executor):
         socket_path: str,
         root: str,
         ensure_running: Starter | None = None,
-        on_lost: Starter | None = None,
+        on_lost: LossListener | None = None,
         dial: Dialer | None = None,
     ) -> None:
         self.socket_path = socket_path  # with `dial`, only what messages call it
@@ -169,7 +171,7 @@ class RemoteExecutor(Executor):
         except ExecutorLost:
             self._drop_idle()
             if self._on_lost is not None:
-                await self._on_lost()
+                self._on_lost()
             if spawned is not None:
                 self._end_orphan_later(spawned["pid"], spawned["start_ticks"])
             raise
