@@ -187,6 +187,17 @@ def audit_pruned(record: AuditRecord, detail: Detail) -> SafeString:
     )
 
 
+def audit_loss_accepted(record: AuditRecord, detail: Detail) -> SafeString:
+    missing = _count(detail, "records_missing")
+    return format_html(
+        "{} accepted the loss of {} at start-up, the chain going on after record {}: {}",
+        who(record),
+        counted(missing, "audit record") if missing else "audit records",
+        _count(detail, "chain_restarts_after"),
+        _text(detail, "problem") or "(unknown)",
+    )
+
+
 REGISTRATION_SOURCES = {"dcr": "by dynamic client registration", "cimd": "through its client metadata document"}
 
 
@@ -343,6 +354,7 @@ SENTENCES: dict[str, Sentence] = {
     "auth.failed": auth_failed,
     "audit.full": audit_full,
     "audit.pruned": audit_pruned,
+    "audit.loss_accepted": audit_loss_accepted,
     "oauth.client_registered": client_registered,
     "oauth.consent": consent,
     "oauth.client_revoked": client_revoked,

@@ -19,6 +19,7 @@ from mcpserver.authentication import BearerAuthMiddleware
 from mcpserver.bodies import JsonBodyGate
 from mcpserver.endpoint import McpEndpoint
 from mcpserver.executor.interface import ExecutorError
+from mcpserver.guard import JsonErrors
 from mcpserver.inflight import IN_FLIGHT
 from mcpserver.lifespan import Housekeeping, SessionManagerRunner
 from mcpserver.origins import HostOriginCheck
@@ -114,4 +115,5 @@ def build_mcp_application(services: Services | None = None) -> McpApplication:
         failures=failures,
     )
     register(services)
-    return McpApplication(HostOriginCheck(app, public_url=settings.PUBLIC_URL), runner, services)
+    guarded = JsonErrors(HostOriginCheck(app, public_url=settings.PUBLIC_URL), services.database)
+    return McpApplication(guarded, runner, services)

@@ -49,8 +49,8 @@ async def executor_status(services: Services) -> dict[str, Any]:
 
 @require_GET
 async def health(request: HttpRequest) -> JsonResponse:
-    """200 when the server can run tools; 503 when the executor does not answer or the audit log is full (calls fail
-    until it is back, or until an admin makes room).
+    """200 when the server can run tools; 503 when the executor does not answer, the audit log is full or the
+    database cannot be read (calls fail until it is back, until an admin makes room, or until it is restored).
 
     Async: no thread hop, and the executor is asked over the same kept connections tool calls use. The services are
     those of the /mcp application built in this process (mcpserver.application).
@@ -59,10 +59,13 @@ async def health(request: HttpRequest) -> JsonResponse:
     executor = await executor_status(services)
     budget = await services.audit_budget.state()  # a cached measure: no query on most requests
     audit_full = budget is not None and budget.full
+    database_error = await services.database.error()  # a cached verdict: no query on most requests
+    ok = executor["ok"] and not audit_full and database_error is None
     return JsonResponse(
         {
-            "ok": executor["ok"] and not audit_full,
+            "ok": ok,
             "executor": executor,
+            "database": {"ok": True} if database_error is None else {"ok": False, "error": database_error},
             # The audit log's size against SANDSTORM_AUDIT_MAX_BYTES (null: no budget); full: tool calls are refused.
             "audit_log": budget.as_json() if budget is not None else None,
             "version": sandstorm_version(),
@@ -73,5 +76,5 @@ async def health(request: HttpRequest) -> JsonResponse:
             "workspace_disk_free_bytes": executor.get("workspace_disk_free_bytes"),
             "tools": sorted(TOOLS),
         },
-        status=200 if executor["ok"] and not audit_full else 503,
+        status=200 if ok else 503,
     )

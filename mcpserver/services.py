@@ -13,6 +13,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from audit.budget import AuditBudget
+from mcpserver.database_health import DatabaseHealth
 from mcpserver.executor.child import ExecutorChild
 from mcpserver.executor.remote import RemoteExecutor
 from mcpserver.limits import ConcurrencyLimiter, RateLimiter
@@ -29,6 +30,8 @@ class Services:
     result_cap: int
     audit_budget: AuditBudget
     sessions: SessionLedger
+    # Whether the database answers what /mcp needs (for /health; the /mcp error layer marks it failed at once).
+    database: DatabaseHealth
 
 
 def build_executor() -> tuple[RemoteExecutor, ExecutorChild | None]:
@@ -60,6 +63,7 @@ def build_services() -> Services:
             per_user=settings.MAX_SESSIONS_PER_USER,
             unused_timeout=settings.SESSION_UNUSED_TIMEOUT,
         ),
+        database=DatabaseHealth(),
     )
 
 

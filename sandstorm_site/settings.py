@@ -62,6 +62,9 @@ SESSION_UNUSED_TIMEOUT = env_int("SANDSTORM_SESSION_UNUSED_TIMEOUT", 60, minimum
 AUDIT_EXCERPT_BYTES = env_int("SANDSTORM_AUDIT_EXCERPT", 8192, minimum=256)
 # Disk budget of the audit log (bytes; 0 = none): at it, tool calls are refused until an admin prunes or raises it.
 AUDIT_MAX_BYTES = env_int("SANDSTORM_AUDIT_MAX_BYTES", 10 * 1024**3)
+# Start even though the start-up check finds lost audit records or a damaged or missing database (for one start: the
+# loss is recorded in the audit log and the chain anchored anew; mcpserver/start_check.py).
+ACCEPT_AUDIT_LOSS = env_bool("SANDSTORM_ACCEPT_AUDIT_LOSS", False)
 ACCESS_TOKEN_TTL = env_int("SANDSTORM_ACCESS_TOKEN_TTL", 3600, minimum=60)
 # Anonymous dynamic client registrations per client address per hour; 0 turns the limit off.
 REGISTRATION_RATE_LIMIT = env_int("SANDSTORM_REGISTRATION_RATE_LIMIT", 20)

@@ -80,6 +80,13 @@ SENTENCE_CASES = [
      "the audit log is full (1.9 MiB of its 1.9 MiB budget): 5 tool calls refused"),
     (record("audit.pruned", SHELL, count=400, before="2025-01-01", first_id=1, last_id=400, by="root"),
      "OS user root, on the command line, pruned 400 audit records created before 2025-01-01"),
+    (record("audit.loss_accepted", SHELL, loss="records_missing", problem="the audit log has lost its newest records",
+            chain_restarts_after=40, records_missing=12, anchored_record_id=52),
+     "OS user root, on the command line, accepted the loss of 12 audit records at start-up, the chain going on after "
+     "record 40: the audit log has lost its newest records"),
+    (record("audit.loss_accepted", SHELL, loss="wal_damaged", problem="the write-ahead log is damaged", chain_restarts_after=4),
+     "OS user root, on the command line, accepted the loss of audit records at start-up, the chain going on after "
+     "record 4: the write-ahead log is damaged"),
     (record("oauth.client_registered", {"client_address": "203.0.113.4"}, **CLIENT, source="dcr"),
      "client Claude (abc123) registered by dynamic client registration from 203.0.113.4"),
     (record("oauth.client_registered", {}, **CLIENT, source="cimd"),

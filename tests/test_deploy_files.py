@@ -178,6 +178,13 @@ def test_the_service_serves_the_socket_systemd_holds_where_caddy_proxies() -> No
         assert unit[key] == [value]
 
 
+def test_the_server_is_not_restarted_after_the_start_up_check_refused_its_database() -> None:
+    """A refusal (mcpserver.start_check) is one line in the journal; restarting every 2 s would bury it."""
+    from mcpserver.start_check import EXIT_REFUSED
+
+    assert directives(SERVER_UNIT)["RestartPreventExitStatus"] == [str(EXIT_REFUSED)]
+
+
 def test_the_server_reaches_tools_only_through_the_executor_socket() -> None:
     unit = directives(SERVER_UNIT)
     assert f"SANDSTORM_EXECUTOR_SOCKET={EXECUTOR_SOCKET}" in unit["Environment"]

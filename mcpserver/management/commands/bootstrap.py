@@ -11,6 +11,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
+from mcpserver.start_check import add_accept_argument, run_before_start
 from oauth.claude_code import claude_code_line
 from oauth.models import BearerToken
 from oauth.tokens import import_bootstrap_token, issue_token, shell_actor
@@ -29,14 +30,18 @@ def manage_hint() -> str:
 
 class Command(BaseCommand):
     help = (
-        "Prepare a server to run: migrate the database, create the workspace, and on first run create the admin "
+        "Prepare a server to run: check the database (refusing, in one line, one that lost audit records or is "
+        "damaged or missing where one was), migrate it, create the workspace, and on first run create the admin "
         "user and a bearer token (each secret printed once). Safe to re-run: it then prints no secret."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--no-migrate", action="store_true", help="skip migrations")
+        add_accept_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        # Before the migrations, which would create a new database where one is missing (mcpserver.start_check).
+        run_before_start(options["accept_audit_loss"], self.stderr)
         if not options["no_migrate"]:
             call_command("migrate", interactive=False, verbosity=0)
         if not settings.EXECUTOR_SOCKET:  # with a separate executor, the workspace is the agent user's to make

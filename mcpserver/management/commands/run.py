@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 
 from mcpserver.listening import daphne_endpoint, listen_tcp
 from mcpserver.management.commands.bootstrap import SHOWN_ONCE
 from mcpserver.management.commands.serve import exec_daphne
+from mcpserver.start_check import add_accept_argument
 
 # How often the announcer asks /health, and how long it waits for a 200 before printing the banner with a warning.
 HEALTH_INTERVAL = 0.1
@@ -86,14 +87,20 @@ def announce(banner: str, url: str, server_alive: int) -> None:
 
 class Command(BaseCommand):
     help = (
-        "What `make run` runs: listen on SANDSTORM_MCP_HOST:SANDSTORM_MCP_PORT, bootstrap (migrations; on first run "
-        "the admin user and a token), serve under Daphne, and print the banner once the server answers."
+        "What `make run` runs: listen on SANDSTORM_MCP_HOST:SANDSTORM_MCP_PORT, bootstrap (the start-up check of the "
+        "database, migrations; on first run the admin user and a token), serve under Daphne, and print the banner "
+        "once the server answers."
     )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        add_accept_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         listener = listen_tcp(settings.MCP_HOST, settings.MCP_PORT)
+        # bootstrap runs the start-up check (mcpserver.start_check): a refusal is its one line and exit status.
+        accept = ["--accept-audit-loss"] if options["accept_audit_loss"] else []
         bootstrap = subprocess.run(
-            [sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), "bootstrap"],
+            [sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), "bootstrap", *accept],
             cwd=settings.BASE_DIR,
             stdout=subprocess.PIPE,
             text=True,

@@ -9,13 +9,17 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from mcpserver.listening import daphne_endpoint, listen_tcp
+from mcpserver.start_check import add_accept_argument, run_before_start
 
 # sd_listen_fds(3): the first socket systemd passes is file descriptor 3.
 SYSTEMD_FIRST_FD = 3
 
 
 class Command(BaseCommand):
-    help = "Run Sandstorm under Daphne on SANDSTORM_MCP_HOST:SANDSTORM_MCP_PORT (or a Unix socket)."
+    help = (
+        "Run Sandstorm under Daphne on SANDSTORM_MCP_HOST:SANDSTORM_MCP_PORT (or a Unix socket), after the start-up "
+        "check of the database (see bootstrap)."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         where = parser.add_mutually_exclusive_group()
@@ -25,8 +29,10 @@ class Command(BaseCommand):
             action="store_true",
             help="serve on the Unix socket systemd passes (sandstorm-mcp.socket; production)",
         )
+        add_accept_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        run_before_start(options["accept_audit_loss"], self.stderr)  # before Daphne opens the database
         if options["systemd_socket"]:
             require_systemd_socket()
             # Twisted's systemd endpoint adopts it. Importing Daphne (Django's app loading) had Twisted take
