@@ -7,7 +7,6 @@ import base64
 import os
 import re
 import struct
-import zlib
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from mcpserver.executor.interface import ToolFailure
 from mcpserver.executor.paths import Workspace
 from mcpserver.executor.textsize import json_size
 from tests.beneath_fixtures import resolution, ws  # noqa: F401 (fixtures)
+from tests.pictures import tiny_png
 
 pytestmark = pytest.mark.anyio
 
@@ -37,17 +37,6 @@ class Reads(FileOps, ImageOps):
 @pytest.fixture
 def reads(ws: Path) -> Reads:
     return Reads(ws)
-
-
-def tiny_png() -> bytes:
-    """A valid 1x1 red PNG, built here so the test depends on no image library."""
-
-    def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-
-    header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)
-    pixels = zlib.compress(b"\x00\xff\x00\x00")
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
 
 
 SIGNED = {

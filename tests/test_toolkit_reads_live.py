@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import base64
-import struct
 import uuid
-import zlib
 from pathlib import Path
 
 import pytest
@@ -13,22 +11,12 @@ from mcp_types import ImageContent, TextContent
 
 from mcpserver.tools.files import image_cap
 from tests.live import LiveServer, mcp_client, text_of
+from tests.pictures import tiny_png
 
 pytestmark = [pytest.mark.live, pytest.mark.anyio]
 
 RESULT_CAP = 262144  # the live server's (SANDSTORM_RESULT_CAP's default)
 ERAS = ["legacy", "2026-07-28"]
-
-
-def tiny_png() -> bytes:
-    """A valid 2x1 PNG (a red and a blue pixel), built here so the test depends on no image library."""
-
-    def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-
-    header = struct.pack(">IIBBBBB", 2, 1, 8, 2, 0, 0, 0)
-    pixels = zlib.compress(b"\x00\xff\x00\x00\x00\x00\xff")
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
 
 
 @pytest.mark.parametrize("mode", ERAS)
