@@ -41,11 +41,11 @@ async def until_end(executor: LocalExecutor, job: BackgroundStart) -> dict[str, 
     return found
 
 
-async def until_waiting(executor: LocalExecutor, job: BackgroundStart) -> dict[str, Any]:
+async def until_waiting(executor: LocalExecutor, job: BackgroundStart, prompt: str = "") -> dict[str, Any]:
     end = time.monotonic() + DEADLINE
     while time.monotonic() < end:
         found = await output(executor, job)
-        if found["waiting_for_input"]:
+        if found["waiting_for_input"] and prompt in found["output"]:
             return found
         await asyncio.sleep(0.05)
     raise AssertionError(f"never waiting for input: {found}")
@@ -205,13 +205,26 @@ async def test_an_unknown_mode_is_refused(executor: LocalExecutor) -> None:
 
 async def test_a_wait_ends_when_the_command_waits_for_input(executor: LocalExecutor) -> None:
     job = await executor.start_background("read -p 'Continue? ' answer; echo \"got $answer\"", None, "pty")
-    prompt = await until_waiting(executor, job)
+    prompt = await until_waiting(executor, job, "Continue? ")
     began = time.monotonic()
     found = await output(executor, job, offset=prompt["next_offset"], wait_ms=8000)
     assert found["waiting_for_input"] and found["output"] == "" and time.monotonic() - began < 2
     await executor.job_input(job.log_path, job.pid, job.start_ticks, "yes\n", False)
     ended = await until_end(executor, job)
     assert ended["output"].endswith("got yes\r\n")
+
+
+async def test_a_prompt_the_host_writes_late_is_in_the_answer_that_says_waiting(tmp_path: Path) -> None:
+    files = jobs.JobFiles(tmp_path, "bg-20261206-000000-00000000")
+    files.log.write_bytes(b"")
+
+    async def host_writes_the_prompt() -> None:
+        await asyncio.sleep(0.015)
+        files.log.write_bytes(b"Continue? ")
+
+    writing = asyncio.create_task(host_writes_the_prompt())
+    assert await jobs.JobOps._settled_size(files, 0) == len(b"Continue? ")
+    await writing
 
 
 @pytest.mark.parametrize(

@@ -37,6 +37,7 @@ MODES = ("none", "stdin", "pty")
 HOST_START_TIMEOUT = 10.0
 POLL_INTERVAL = 0.01  # seconds between looks at a followed log: the wake-up latency of terminal_output's wait
 INPUT_LOOK_EVERY = 25  # polls: a wait looks through /proc for a reader of the job's input every 250 ms
+PROMPT_SETTLE = (3, 0.5)  # a log the same size over 3 polls (at most 0.5 s) holds what came before the read
 INPUT_TIMEOUT = 5.0  # how long terminal_input waits for a command that does not read what it was sent
 INPUT_FRAME = 64 * 1024
 JOB_LOG = re.compile(r"bg-\d{8}-\d{6}-[0-9a-f]{8}\.log")
@@ -183,10 +184,7 @@ class JobOps:
 
     def _describe(self, files: JobFiles, pid: int, ticks: int, look_for_input: bool = True) -> dict[str, Any]:
         state = self._state(files, pid, ticks)
-        try:
-            size = os.stat(files.log, follow_symlinks=False).st_size
-        except FileNotFoundError:
-            size = 0
+        size = _log_size(files)
         target = state.get("stdin_target") or ""
         waiting = state["state"] == "running" and bool(target) and look_for_input and self._waits_for_input(pid, target)
         return {
@@ -238,12 +236,29 @@ class JobOps:
             described = self._describe(files, pid, start_ticks, look_for_input=polls % INPUT_LOOK_EVERY == 0)
         if polls and described["state"] == "running":
             described = self._describe(files, pid, start_ticks)
+        if described["waiting_for_input"]:
+            described["size"] = await self._settled_size(files, described["size"])
         data = self._read_log(files, start, max_bytes)
         if tail is not None or start > 0:
             skipped = len(data) - len(trim_incomplete_start(data))
             data, start = data[skipped:], start + skipped
         data = _fit(data, max_bytes, whole=start + len(data) >= described["size"])
         return {**described, "offset": start, "next_offset": start + len(data), "output": data.decode(errors="replace")}
+
+    @staticmethod
+    async def _settled_size(files: JobFiles, size: int) -> int:
+        """The log's size once the host has written what the command printed before it began to read.
+
+        The command's prompt reaches the log through the host, after the command is already blocked reading: an
+        agent told "waiting for input" should see the question too.
+        """
+        steady, limit = PROMPT_SETTLE
+        deadline, same = time.monotonic() + limit, 0
+        while same < steady and time.monotonic() < deadline:
+            await asyncio.sleep(POLL_INTERVAL)
+            now = _log_size(files)
+            same, size = (same + 1, size) if now == size else (0, now)
+        return size
 
     def _read_log(self, files: JobFiles, start: int, max_bytes: int) -> bytes:
         try:
@@ -335,6 +350,13 @@ STATE_FIELDS: dict[str, type | tuple[type, ...]] = {
     "stdin_target": str, "exit_code": int, "signal": int, "ended": (int, float),
 }  # fmt: skip
 STATES = frozenset({"running", "exited", "killed"})
+
+
+def _log_size(files: JobFiles) -> int:
+    try:
+        return os.stat(files.log, follow_symlinks=False).st_size
+    except FileNotFoundError:
+        return 0
 
 
 def _read_state(path: Path) -> dict[str, Any]:
