@@ -37,6 +37,7 @@ from audit.filters import (
     parse_filters,
 )
 from audit.models import KIND_STARTED, AuditRecord
+from audit.views import policy_detail
 
 # A search in the list looks through this many newest records unless asked for all: a search that matches little
 # reads every record it may look at (about a second per million here); the exports always search everything.
@@ -110,6 +111,7 @@ def call_detail(record: AuditRecord) -> dict[str, Any]:
         "credential_calls_url": "",
         "session_calls_url": "",
         "revoke_url": "",
+        "policy": policy_detail(record),
     }
     if record.credential_kind:
         credential = f"{record.credential_kind}:{record.credential_id}"

@@ -338,6 +338,98 @@ def console_background_stopped(record: AuditRecord, detail: Detail) -> SafeStrin
     )
 
 
+def console_call_stopped(record: AuditRecord, detail: Detail) -> SafeString:
+    return format_html(
+        "{} stopped a running {} call of {} from the console{}: {}",
+        who(record),
+        _text(detail, "tool"),
+        _text(detail, "user"),
+        from_address(record),
+        _text(detail, "summary"),
+    )
+
+
+POLICY_ACTIONS = {
+    "added": "added policy rule",
+    "edited": "edited policy rule",
+    "deleted": "deleted policy rule",
+    "moved_up": "moved up policy rule",
+    "moved_down": "moved down policy rule",
+    "enabled": "enabled policy rule",
+    "disabled": "disabled policy rule",
+    "settings": "changed the policy's default and opaque decisions",
+    "recommended_on": "switched on the recommended policy rules",
+    "recommended_off": "switched off the recommended policy rules",
+}
+
+
+def policy_changed(record: AuditRecord, detail: Detail) -> SafeString:
+    action = _text(detail, "action")
+    rules = _strings(detail, "rule_ids") or ([_text(detail, "rule_id")] if detail.get("rule_id") else [])
+    named = format_html(" {}", listing(rules)) if rules and action not in ("settings",) else ""
+    return format_html(
+        "{} {}{}{} (policy version {})",
+        who(record),
+        POLICY_ACTIONS.get(action, f"changed the policy ({action})"),
+        named,
+        from_address(record),
+        _text(detail, "version"),
+    )
+
+
+def policy_loaded(record: AuditRecord, detail: Detail) -> SafeString:
+    return format_html(
+        "{} loaded a command policy of {} from {} (policy version {}, sha256 {}…)",
+        who(record),
+        counted(len(_strings(detail, "rule_ids")), "rule"),
+        _text(detail, "source") or "a file",
+        _text(detail, "version"),
+        _text(detail, "sha256")[:12],
+    )
+
+
+def approval_decided(record: AuditRecord, detail: Detail) -> SafeString:
+    decision = _text(detail, "decision")
+    waited = f"{_count(detail, 'latency_ms') / 1000:.1f}"
+    if decision == "timed_out":
+        return format_html("request {} got no answer in {} s: denied", _text(detail, "request"), waited)
+    if decision == "cancelled":
+        return format_html("request {} ended unanswered after {} s (its call ended)", _text(detail, "request"), waited)
+    verb = {"approved": "approved", "denied": "denied"}.get(decision, decision.replace("_", " "))
+    minutes = detail.get("grant_minutes")
+    grant = format_html(" and the same command shape for {} minutes", minutes) if minutes else ""
+    reason = format_html(": {}", _text(detail, "reason")) if decision == "denied" and detail.get("reason") else ""
+    return format_html(
+        "{} {} request {}{} through the {} after {} s{}",
+        who(record),
+        verb,
+        _text(detail, "request"),
+        grant,
+        _text(detail, "channel"),
+        waited,
+        reason,
+    )
+
+
+def approval_run_in_background(record: AuditRecord, detail: Detail) -> SafeString:
+    return format_html(
+        "approved request {} of {} started as background command {}: {}",
+        _text(detail, "request"),
+        who(record, subject=False),
+        _text(detail, "pid"),
+        _text(detail, "command"),
+    )
+
+
+def approval_run_failed(record: AuditRecord, detail: Detail) -> SafeString:
+    return format_html(
+        "approved request {} of {} did not start: {}",
+        _text(detail, "request"),
+        who(record, subject=False),
+        _text(detail, "error"),
+    )
+
+
 SENTENCES: dict[str, Sentence] = {
     "token.created": token_created,
     "token.revoked": token_revoked,
@@ -366,6 +458,12 @@ SENTENCES: dict[str, Sentence] = {
     "credentials.rotated": credentials_rotated,
     "credentials.background_stopped": background_stopped,
     "console.background_stopped": console_background_stopped,
+    "console.call_stopped": console_call_stopped,
+    "policy.changed": policy_changed,
+    "policy.loaded": policy_loaded,
+    "approval.decided": approval_decided,
+    "approval.run_in_background": approval_run_in_background,
+    "approval.run_failed": approval_run_failed,
 }
 
 

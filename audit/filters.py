@@ -25,11 +25,11 @@ from django.utils import timezone
 from django.utils.datastructures import MultiValueDict
 from django.utils.dateparse import parse_date, parse_datetime
 
-from audit.models import KIND_FINISHED, OUTCOME_OK, OUTCOMES, AuditRecord
+from audit.models import KIND_FINISHED, OUTCOME_OK, OUTCOME_PENDING, OUTCOMES, AuditRecord
 
 OUTCOME_RUNNING = "running"  # a started record with no finished record (yet)
 OUTCOME_FAILED = "failed"  # every outcome but ok
-FAILED_OUTCOMES = tuple(outcome for outcome in OUTCOMES if outcome != OUTCOME_OK)
+FAILED_OUTCOMES = tuple(outcome for outcome in OUTCOMES if outcome not in (OUTCOME_OK, OUTCOME_PENDING))
 OUTCOME_VALUES = (OUTCOME_FAILED, *OUTCOMES, OUTCOME_RUNNING)
 
 # range value -> (label, first day, day after the last), days counted from today in the current time zone

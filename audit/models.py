@@ -22,7 +22,17 @@ OUTCOME_DENIED = "denied"
 OUTCOME_TIMEOUT = "timeout"
 OUTCOME_CANCELLED = "cancelled"
 OUTCOME_INTERRUPTED = "interrupted"
-OUTCOMES = [OUTCOME_OK, OUTCOME_ERROR, OUTCOME_DENIED, OUTCOME_TIMEOUT, OUTCOME_CANCELLED, OUTCOME_INTERRUPTED]
+# The call was answered "pending approval" (SANDSTORM_APPROVAL_HOLD): once approved it runs as a background command.
+OUTCOME_PENDING = "pending"
+OUTCOMES = [
+    OUTCOME_OK,
+    OUTCOME_ERROR,
+    OUTCOME_DENIED,
+    OUTCOME_TIMEOUT,
+    OUTCOME_CANCELLED,
+    OUTCOME_INTERRUPTED,
+    OUTCOME_PENDING,
+]
 OUTCOME_CHOICES = [(outcome, outcome) for outcome in OUTCOMES]
 # The key of a call record's `detail` that lists where redaction masked a span: the names of the arguments (started
 # record) or "result" (finished record). In `detail`, so the chain's mac covers it like the rest of the record.

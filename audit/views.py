@@ -29,7 +29,7 @@ from django.utils.http import urlencode
 from audit.budget import BudgetState, audit_log_bytes, human
 from audit.export import CSV_HEADER, aexport_rows, call_queryset, csv_line, filter_calls, jsonl_line
 from audit.filters import FAILED_OUTCOMES, OUTCOME_FAILED, InvalidFilter
-from audit.models import KIND_STARTED, AuditRecord
+from audit.models import KIND_EVENT, KIND_STARTED, AuditRecord
 
 logger = logging.getLogger(__name__)
 
@@ -275,3 +275,49 @@ def budget_context() -> dict[str, Any]:
         return {}
     budget = BudgetState(audit_log_bytes(), settings.AUDIT_MAX_BYTES)
     return {"budget": budget, "budget_used": human(budget.used), "budget_limit": human(budget.limit)}
+
+
+# --- a call's policy decision (the call page) ---------------------------------------------------------------------
+
+
+def policy_detail(record: AuditRecord) -> dict[str, Any] | None:
+    """What the command policy decided for a started record (`detail.policy`), and, if it asked for approval, the
+    decision as its `approval.decided` event recorded it (who, when, channel, latency, reason)."""
+    policy = record.detail.get("policy") if isinstance(record.detail, dict) else None
+    if not isinstance(policy, dict):
+        return None
+    approved = policy.get("approved")
+    label = policy.get("request") or (approved.get("request") if isinstance(approved, dict) else None)
+    shown: dict[str, Any] = {
+        "decision": str(policy.get("decision", "")),
+        "rule": str(policy.get("rule", "")),
+        "reason": str(policy.get("reason", "")),
+        "request": label if isinstance(label, str) else "",
+        "decided": None,
+    }
+    if shown["request"] or shown["decision"] == "ask":
+        shown["decided"] = approval_decided(record, shown["request"])
+    return shown
+
+
+def approval_decided(record: AuditRecord, label: str) -> dict[str, Any] | None:
+    """The `approval.decided` event of request `label`, or, without a label (an ask the call itself waited for: its
+    request is made after the started record), the one that names this call."""
+    # Events only, by the (event, -id) index; a decision is recorded after the call it is about started.
+    events = AuditRecord.objects.filter(kind=KIND_EVENT, event="approval.decided", id__gt=record.id)
+    chosen = events.filter(detail__request=label) if label else events.filter(detail__call_id=record.call_id)
+    found = chosen.order_by("id").first()
+    if found is None:
+        return None
+    detail = found.detail if isinstance(found.detail, dict) else {}
+    latency = detail.get("latency_ms")
+    return {
+        "request": str(detail.get("request", label)),
+        "decision": str(detail.get("decision", "")).replace("_", " "),
+        "by": found.username,
+        "at": found.created_at,
+        "channel": str(detail.get("channel", "")),
+        "latency": f"{latency / 1000:.1f} s" if isinstance(latency, int) else "",
+        "reason": str(detail.get("reason") or ""),
+        "grant_minutes": detail.get("grant_minutes"),
+    }

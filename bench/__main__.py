@@ -24,6 +24,7 @@ from typing import Any
 os.environ.pop("DATABASE_URL", None)
 
 from bench import compare, sections, toolkit_edit, toolkit_grep, toolkit_output  # noqa: E402
+from bench import policy as bench_policy  # noqa: E402
 from bench.hop import executor_hop  # noqa: E402
 from bench.report import label_throughput, machine_line, sequential, table, targets  # noqa: E402
 from bench.server import SERVER_SETTINGS, BenchServer, base_state, git_commit, log, seeded_state, start_server  # noqa: E402
@@ -78,6 +79,10 @@ async def call_sections(server: BenchServer, sizes: sections.Sizes) -> dict[str,
         + ", ".join(f"{name} {case['ratio']}x rg" for name, case in toolkit["grep"]["searches"].items())
     )
     log(f"bench: terminal_output wakes {toolkit['output']['wake']['median_ms']} ms after a line")
+    policy = bench_policy.measure()
+    log(
+        f"bench: policy {policy['first_sight_median_us']} µs a call (first sight), {policy['cached_median_us']} µs again"
+    )
     hop = await executor_hop(sizes.sequential, sizes.warmup)
     log("bench: executor hop " + ", ".join(f"{name} +{case['hop_median_ms']} ms" for name, case in hop.items()))
     return {
@@ -86,6 +91,7 @@ async def call_sections(server: BenchServer, sizes: sections.Sizes) -> dict[str,
         "throughput": large,
         "concurrency": load,
         "toolkit": toolkit,
+        "policy": policy,
     }
 
 

@@ -14,6 +14,7 @@ VERIFY_LIMIT_S = 30
 SPAWN_RATIO, HEALTH_RATIO = 4, 2
 CALLS_PER_S = 150
 HOP_LIMIT_MS = 0.5  # issue 7: the executor process may add at most this per call over the in-process path
+POLICY_LIMIT_US = 100  # issue 19: deciding a call by the command policy
 
 
 def sequential(measured: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -85,6 +86,11 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             f"≤ {HEALTH_RATIO}x",
             ratio is not None and ratio <= HEALTH_RATIO,
         )
+    policy = results.get("policy")
+    if policy:
+        cost = policy["first_sight_median_us"]
+        add("policy", "command policy per call (20 rules, first sight of the command), median", cost,
+            f"< {POLICY_LIMIT_US} µs", cost < POLICY_LIMIT_US)  # fmt: skip
     hop = results.get("executor_hop", {}).get("file_read_1kb")
     if hop:
         add("hop", "executor hop (file_read 1 KB, socket − in-process median)", hop["hop_median_ms"], f"< {HOP_LIMIT_MS} ms",
@@ -178,6 +184,15 @@ def table(results: dict[str, Any]) -> str:
         f"| 3 | `file_read` 1 KB, one session ({read_small['n']}) | {ms(read_small['median_ms'])} | "
         f"{ms(read_small['p95_ms'])} | {read_small['ratio']}x /health | ≤ {HEALTH_RATIO}x | {_met(found, 'read_ratio')} |"
     )
+    policy = results.get("policy")
+    if policy:
+        share = policy["first_sight_median_us"] / 10 / exec_true["median_ms"] if exec_true["median_ms"] else 0
+        rows.append(
+            f"| 2b | command policy per call ({policy['rules']} rules, {policy['commands']} commands): first sight of a "
+            f"command {policy['first_sight_median_us']} µs (worst {policy['first_sight_max_us']} µs), seen before "
+            f"{policy['cached_median_us']} µs; beside `terminal_exec` `true` | {policy['first_sight_median_us']} µs | "
+            f"| {share:.1f}% of the call | < {POLICY_LIMIT_US} µs | {_met(found, 'policy')} |"
+        )
     for name, case in results.get("executor_hop", {}).items():
         local, remote = case["in_process"], case["executor"]
         mark = f"< {HOP_LIMIT_MS} ms | {_met(found, 'hop')}" if name == "file_read_1kb" else "|"

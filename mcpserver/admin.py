@@ -113,3 +113,6 @@ class BackgroundProcessAdmin(admin.ModelAdmin):
         if skipped:
             message += f"; {skipped} {'was' if skipped == 1 else 'were'} not running"
         self.message_user(request, message + ".", messages.SUCCESS if stopped else messages.WARNING)
+
+
+from mcpserver import admin_policy  # noqa: E402, F401  (the command policy page)

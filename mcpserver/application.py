@@ -9,12 +9,15 @@ import logging
 import os
 from dataclasses import dataclass
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp
 
 from audit import log as audit_log
 from audit.failures import FailureAggregator
+from mcpserver.approvals.holds import stop_waiting
+from mcpserver.approvals.requests import cancel_orphaned
 from mcpserver.authentication import BearerAuthMiddleware
 from mcpserver.bodies import JsonBodyGate
 from mcpserver.endpoint import McpEndpoint
@@ -23,7 +26,7 @@ from mcpserver.guard import JsonErrors
 from mcpserver.inflight import IN_FLIGHT
 from mcpserver.lifespan import Housekeeping, SessionManagerRunner
 from mcpserver.origins import HostOriginCheck
-from mcpserver.process import sandstorm_version
+from mcpserver.process import INSTANCE_ID, sandstorm_version
 from mcpserver.revocations import RevocationWatcher
 from mcpserver.services import Services, build_services, register
 from mcpserver.tool_server import build_server
@@ -95,11 +98,13 @@ def build_mcp_application(services: Services | None = None) -> McpApplication:
 
     async def start() -> None:
         await housekeeping.start()
+        await sync_to_async(cancel_orphaned, thread_sensitive=False)(INSTANCE_ID)
         await announce_executor(services)
         await watcher.start()
 
     async def stop() -> None:
         await watcher.stop()
+        await stop_waiting()  # held approval requests end as cancelled: nobody would be left to run them
         await asyncio.to_thread(audit_log.close)  # every session has ended: write what is queued
         await housekeeping.stop()
         if services.executor_child is not None:

@@ -11,6 +11,7 @@ from mcp.server.mcpserver import Context
 
 from audit.log import Actor
 from mcpserver.executor.interface import Executor
+from mcpserver.live import LIVE
 from oauth.credentials import Principal
 
 logger = logging.getLogger(__name__)
@@ -24,6 +25,7 @@ class ToolCall:
     executor: Executor
     result_cap: int
     context: Context[Any, Any] | None = None
+    call_id: str = ""  # the audit log's, once its started record is written
     _progress: int = 0
 
     @property
@@ -39,6 +41,11 @@ class ToolCall:
             return
         self._progress += 1
         await self.context.report_progress(self._progress, None, message)
+
+    async def output(self, text: str) -> None:
+        """A command's new output: to the console's live view, and as progress if the client asked for it."""
+        LIVE.output(self.call_id, text)
+        await self.progress(text)
 
 
 def principal_from_request(request: Any) -> Principal | None:

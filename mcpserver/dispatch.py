@@ -1,7 +1,9 @@
-"""The one dispatch point every tool call passes through: scope, concurrency, the audit log, errors, the result cap.
+"""The one dispatch point every tool call passes through: scope, the command policy, concurrency, approval, the
+audit log, the live view, errors, the result cap.
 
 A started record is committed before the tool runs (if that fails, the tool does not run) and a finished record
-after it, whatever happened: success, error, timeout, or cancellation by the client.
+after it, whatever happened: success, error, timeout, cancellation by the client, a denial, or the answer that it
+waits for approval. Where the command policy decided (any policy with rules), the started record names the rule.
 """
 
 from __future__ import annotations
@@ -13,16 +15,31 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
+from asgiref.sync import sync_to_async
 from django.db import DatabaseError
 from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult
 
 from audit.log import Actor, acall_denied, acall_finished, acall_started
-from audit.models import OUTCOME_CANCELLED, OUTCOME_ERROR, OUTCOME_INTERRUPTED, OUTCOME_OK, OUTCOME_TIMEOUT, AuditRecord
+from audit.models import (
+    OUTCOME_CANCELLED,
+    OUTCOME_DENIED,
+    OUTCOME_ERROR,
+    OUTCOME_INTERRUPTED,
+    OUTCOME_OK,
+    OUTCOME_PENDING,
+    OUTCOME_TIMEOUT,
+    AuditRecord,
+)
+from mcpserver.approvals.asking import hold_for_approval
+from mcpserver.approvals.holds import keep_waiting
+from mcpserver.approvals.requests import arguments_digest, consume_approved, covering_grant, summary_of
 from mcpserver.call import ToolCall, audit_actor, mark_dispatched, principal_from_request, request_session
 from mcpserver.executor.interface import ToolFailure
 from mcpserver.executor.remote import ExecutorFault, ExecutorLost
 from mcpserver.inflight import IN_FLIGHT
+from mcpserver.live import LIVE, LiveCall
+from mcpserver.policy_gate import Decision, command_shape, decide_call, places_for
 from mcpserver.process import INSTANCE_ID
 from mcpserver.registry import ToolSpec
 from mcpserver.results import ToolResult, render
@@ -63,6 +80,14 @@ async def dispatch(
     refusal = scope_refusal(spec, principal, arguments)
     if refusal is not None:
         return await deny(actor, spec, arguments, services, refusal)
+    decision = await decide_call(spec.name, arguments, principal, places_for(services.executor))
+    if decision.verdict.decision == "deny":
+        reason = (
+            f"Error: the command policy denies this call (rule {decision.verdict.rule_id}): {decision.verdict.reason}"
+        )
+        return await deny(actor, spec, arguments, services, reason, decision.audit_detail())
+    if decision.verdict.decision == "ask":
+        decision = await _answered_before(spec.name, arguments, principal.key, decision)
     if not services.concurrency.try_acquire(principal.key):
         limit = services.concurrency.limit
         reason = f"Error: this credential already has {limit} tool calls running (the limit); wait for one to finish"
@@ -71,10 +96,12 @@ async def dispatch(
     # A scope of its own, so the call can be cancelled from outside its request (disconnect, revocation).
     cancel_scope = anyio.CancelScope()
     token = IN_FLIGHT.register(principal.key, actor.session_id, str(context.request_id), cancel_scope)
-    result = ToolResult.error("Error: the call was cancelled (client disconnected or credential revoked)")
+    result = ToolResult.error("Error: the call was cancelled (client disconnected, credential revoked or stopped)")
     try:
         with cancel_scope:
-            result = await run_audited(spec, call, actor, arguments)
+            result = await run_audited(spec, call, actor, arguments, decision, cancel_scope)
+            if result.extra.get("held") is not None:
+                keep_waiting(result.extra["held"], arguments, principal, actor, services.executor)
     finally:
         IN_FLIGHT.unregister(token)
         services.concurrency.release(principal.key)
@@ -82,10 +109,28 @@ async def dispatch(
 
 
 async def deny(
-    actor: Actor, spec: ToolSpec, arguments: dict[str, Any], services: Services, reason: str
+    actor: Actor,
+    spec: ToolSpec,
+    arguments: dict[str, Any],
+    services: Services,
+    reason: str,
+    policy: dict[str, Any] | None = None,
 ) -> CallToolResult:
-    await record_denied(actor, spec.name, arguments, reason)
+    await record_denied(actor, spec.name, arguments, reason, policy)
     return render(ToolResult.error(reason), services.result_cap)
+
+
+async def _answered_before(tool: str, arguments: dict[str, Any], key: str, decision: Decision) -> Decision:
+    """An ask already answered: a timed grant for this credential and command shape, or an approved request for
+    exactly this call that was answered "pending" (used once). Else the ask stands."""
+    shape = command_shape(tool, arguments, decision.verdict.rule_id)
+    grant = await sync_to_async(covering_grant)(key, tool, shape)
+    if grant is not None:
+        return decision.answered("grant", f"R-{grant.request_id}", grant.granted_by)
+    approved = await sync_to_async(consume_approved)(key, tool, arguments_digest(arguments))
+    if approved is not None:
+        return decision.answered("request", approved.label, approved.decided_by)
+    return decision
 
 
 def call_parts(params: object) -> tuple[str, dict[str, Any]]:
@@ -96,35 +141,73 @@ def call_parts(params: object) -> tuple[str, dict[str, Any]]:
     return str(params.get("name", "")), arguments if isinstance(arguments, dict) else {}
 
 
-async def record_denied(actor: Actor, tool: str, arguments: dict[str, Any], reason: str) -> None:
-    """Record a tools/call refused before it ran (scope, concurrency, rate limit, or by the SDK: unknown tool, bad
-    arguments). A database failure is logged, not raised: the refusal is answered all the same."""
+async def record_denied(
+    actor: Actor, tool: str, arguments: dict[str, Any], reason: str, policy: dict[str, Any] | None = None
+) -> None:
+    """Record a tools/call refused before it ran (scope, policy, concurrency, rate limit, or by the SDK: unknown
+    tool, bad arguments). A database failure is logged, not raised: the refusal is answered all the same."""
     try:
-        await acall_denied(actor, tool[:64], arguments, reason, INSTANCE_ID)
+        await acall_denied(actor, tool[:64], arguments, reason, INSTANCE_ID, policy)
     except DatabaseError:
         logger.exception("could not record a denied call of %s", tool[:64])
 
 
-async def run_audited(spec: ToolSpec, call: ToolCall, actor: Actor, arguments: dict[str, Any]) -> ToolResult:
+async def run_audited(
+    spec: ToolSpec,
+    call: ToolCall,
+    actor: Actor,
+    arguments: dict[str, Any],
+    decision: Decision | None = None,
+    cancel_scope: anyio.CancelScope | None = None,
+) -> ToolResult:
+    policy = decision.audit_detail() if decision is not None and decision.recorded else None
     try:
         # Shielded: the writer completes a started record even for a caller cancelled meanwhile, so wait for it; the
         # checkpoint below then ends such a call as cancelled, with its finished record, before the tool runs.
         with anyio.CancelScope(shield=True):
-            started = await acall_started(actor, spec.name, arguments, INSTANCE_ID)
+            started = await acall_started(actor, spec.name, arguments, INSTANCE_ID, policy)
     except DatabaseError:
         logger.exception("audit: could not record the start of %s; refusing the call", spec.name)
         return ToolResult.error(AUDIT_UNAVAILABLE)
+    call.call_id = started.call_id
+    LIVE.started(_live_call(started, call, cancel_scope))
     began = time.monotonic()
+    outcome = OUTCOME_CANCELLED
     try:
         await anyio.lowlevel.checkpoint_if_cancelled()  # cancelled while its started record was written: never run
+        if decision is not None and decision.asks:
+            answer = await hold_for_approval(call, actor, arguments, decision, started)
+            if not answer.approved:
+                held = answer.pending is not None
+                result = ToolResult(answer.text, is_error=True, extra={"held": answer.pending} if held else {})
+                outcome = OUTCOME_PENDING if held else OUTCOME_DENIED
+                await _finish(started, outcome, result, began)
+                return result
         result = await _run(spec, call, arguments)
+        outcome = outcome_of(result)
     except BaseException:
         # Cancelled by the client, a disconnect or shut-down: record it even inside the cancelled scope.
         with anyio.CancelScope(shield=True):
             await _finish(started, OUTCOME_CANCELLED, ToolResult.error("cancelled"), began)
         raise
-    await _finish(started, outcome_of(result), result, began)
+    finally:
+        LIVE.ended(started.call_id, outcome)
+    await _finish(started, outcome, result, began)
     return result
+
+
+def _live_call(started: AuditRecord, call: ToolCall, scope: anyio.CancelScope | None) -> LiveCall:
+    principal = call.principal
+    return LiveCall(
+        call_id=started.call_id,
+        tool=started.tool,
+        summary=summary_of(started.tool, started.arguments),  # the audit log's copy: secrets masked
+        username=principal.username,
+        credential_name=principal.credential_name,
+        credential_key=principal.key,
+        address=principal.client_address,
+        scope=scope,
+    )
 
 
 def outcome_of(result: ToolResult) -> str:

@@ -5,8 +5,9 @@ that stream costs more of the server's CPU than the rest of the request: a task 
 ping and disconnect listeners, memory streams and a chunked body. The spec lets a server answer a request with
 `application/json` instead, and every client must accept either. The stream carries more than the answer only if
 the server sends more: progress notifications (only for a request that carries a progress token) or requests to the
-client (Sandstorm sends none). So a request without a progress token gets a JSON answer, and one with a token keeps
-its stream and its progress. The SDK's 2026-07-28 path decides the same way: it commits to SSE only once a handler
+client (Sandstorm sends one: the elicitation that asks the client's user to approve a call, where a policy rule lets
+that user approve). So a request without a progress token gets a JSON answer, and one with a token keeps its stream
+and its progress, as does a tools/call of a client that can be asked while the policy has such a rule. The SDK's 2026-07-28 path decides the same way: it commits to SSE only once a handler
 emits a notification.
 
 Each session's transport also reports to its credential's place in the session ledger (mcpserver.sessions): the
@@ -35,6 +36,7 @@ from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
+from mcpserver.policy_source import POLICY
 from mcpserver.sessions import OPENING, OpenSession
 
 logger = logging.getLogger(__name__)
@@ -63,6 +65,7 @@ class SandstormTransport(StreamableHTTPServerTransport):
         super().__init__(*args, **kwargs)
         # Made by the SDK while it admits the request that opens the session: that request's reservation.
         self.ledger_entry: OpenSession | None = None
+        self.client_elicits = False  # the client declared the elicitation capability when it opened the session
         entry = OPENING.get()
         if entry is not None and entry.transport is None and self.mcp_session_id is not None:
             entry.bind(self)
@@ -102,6 +105,8 @@ class SandstormTransport(StreamableHTTPServerTransport):
 
         if body is not None and self.ledger_entry is not None:
             self.ledger_entry.note_body(body)
+        if body is not None and not self.client_elicits:
+            self.client_elicits = declares_elicitation(body)
         if body is None or not self.answers_with_json(scope, body):
             await super().handle_request(scope, replay, send)  # as the SDK would, its 406 included
             return
@@ -119,7 +124,22 @@ class SandstormTransport(StreamableHTTPServerTransport):
         """Whether this POST gets one JSON body where the SDK would answer with a stream."""
         if self._json_for_every_request or check_accept_headers(Request(scope)) != (True, True):
             return False  # the SDK answers as configured, or refuses what the client accepts
+        if self.client_elicits and POLICY.users_may_approve() and b'"tools/call"' in body:
+            return False  # the call may ask the client's user (mcpserver.approvals.asking)
         return only_an_answer_can_follow(body)
+
+
+def declares_elicitation(body: bytes) -> bool:
+    """Whether `body` is an initialize request whose client can be asked questions (elicitation)."""
+    if b'"initialize"' not in body:
+        return False
+    try:
+        message = json.loads(body)
+    except (ValueError, RecursionError):
+        return False
+    params = message.get("params") if isinstance(message, dict) and message.get("method") == "initialize" else None
+    capabilities = params.get("capabilities") if isinstance(params, dict) else None
+    return isinstance(capabilities, dict) and capabilities.get("elicitation") is not None
 
 
 async def read_body(receive: Receive) -> tuple[deque[Message], bytes | None]:

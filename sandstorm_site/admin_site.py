@@ -56,6 +56,8 @@ class SandstormAdminSite(admin.AdminSite):
         return response
 
     def get_urls(self) -> list[URLResolver | URLPattern]:
+        from mcpserver import live_views  # models are not ready when the site class is imported
+
         site = {"site": self}
         steps: list[URLResolver | URLPattern] = [
             path("second-factor/", second_factor_views.verify, site, name="second_factor_verify"),
@@ -68,5 +70,7 @@ class SandstormAdminSite(admin.AdminSite):
                 name="second_factor_recovery_codes",
             ),
             path("second-factor/sign-out/", second_factor_views.sign_out, site, name="second_factor_sign_out"),
+            # What agents are doing now (its socket, /admin/live/socket, is routed in sandstorm_site/asgi.py).
+            path("live/", self.admin_view(live_views.live), site, name="live"),
         ]
         return steps + super().get_urls()  # before the admin's catch-all

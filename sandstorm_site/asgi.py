@@ -17,6 +17,7 @@ except ImproperlyConfigured as exc:
     sys.exit(2)
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 from django.core.asgi import get_asgi_application  # noqa: E402
 from django.urls import path, re_path  # noqa: E402
@@ -24,6 +25,7 @@ from django.urls import path, re_path  # noqa: E402
 django_application = get_asgi_application()  # sets Django up before anything imports models
 
 from mcpserver.application import build_mcp_application  # noqa: E402
+from mcpserver.console_socket import build_websocket_application  # noqa: E402
 from mcpserver.lifespan import LifespanApp, install_reactor_hooks  # noqa: E402
 from sandstorm_site import daphne_tweaks  # noqa: E402
 from sandstorm_site.accesslog import AccessLogMiddleware  # noqa: E402
@@ -43,6 +45,8 @@ application = ProtocolTypeRouter(
                 ]
             )
         ),
+        # The console's live socket (/admin/live/socket): Origin, then session and user, then the consumer.
+        "websocket": build_websocket_application(settings.PUBLIC_URL),
         "lifespan": LifespanApp(mcp_application.runner),
     }
 )

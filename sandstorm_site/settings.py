@@ -85,6 +85,13 @@ if 0 < TOOL_MAX_MEMORY < MIN_MAX_MEMORY:
         f"SANDSTORM_TOOL_MAX_MEMORY must be 0 (off) or at least {MIN_MAX_MEMORY}, not {TOOL_MAX_MEMORY}"
     )
 OUTPUT_MAX_BYTES = env_int("SANDSTORM_OUTPUT_MAX_BYTES", DEFAULT_OUTPUT_MAX_BYTES)
+# Approval of calls a policy rule asks about (mcpserver/approvals): no answer in APPROVAL_TIMEOUT seconds is a
+# denial; a call still waiting at APPROVAL_HOLD seconds answers "pending" (clients cut calls short near 60 s).
+APPROVAL_TIMEOUT = env_int("SANDSTORM_APPROVAL_TIMEOUT", 300, minimum=5, maximum=86400)
+APPROVAL_HOLD = env_int("SANDSTORM_APPROVAL_HOLD", 45, minimum=1, maximum=3600)
+APPROVAL_WEBHOOK_URL = env_str("SANDSTORM_APPROVAL_WEBHOOK_URL", "")
+APPROVAL_WEBHOOK_SECRET = os.environ.get("SANDSTORM_APPROVAL_WEBHOOK_SECRET", "")
+APPROVAL_EMAIL = tuple(a.strip() for a in env_str("SANDSTORM_APPROVAL_EMAIL", "").split(",") if a.strip())
 
 # --- hosts -------------------------------------------------------------------------------------------------------
 _public = urlsplit(PUBLIC_URL)
@@ -303,3 +310,18 @@ OAUTH2_PROVIDER = {
     "OAUTH2_PROTECTED_RESOURCE_AUTHORIZATION_SERVERS": [PUBLIC_URL],
     "OAUTH2_PROTECTED_RESOURCE_NAME": "Sandstorm",
 }
+
+# --- Channels ----------------------------------------------------------------------------------------------------
+# The console's live view and approval cards (mcpserver/live, mcpserver/approvals) travel over a channel layer:
+# one process uses the in-memory layer.
+CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# --- e-mail ------------------------------------------------------------------------------------------------------
+# Approval requests can be mailed to SANDSTORM_APPROVAL_EMAIL through Django's e-mail backend (SMTP settings below).
+EMAIL_BACKEND = env_str("SANDSTORM_EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env_str("SANDSTORM_EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("SANDSTORM_EMAIL_PORT", 25, minimum=1, maximum=65535)
+EMAIL_HOST_USER = env_str("SANDSTORM_EMAIL_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("SANDSTORM_EMAIL_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("SANDSTORM_EMAIL_TLS", False)
+DEFAULT_FROM_EMAIL = env_str("SANDSTORM_EMAIL_FROM", f"sandstorm@{PUBLIC_HOST}")

@@ -59,6 +59,14 @@ async def mcp_app(tmp_path: Path, transactional_db: None, anyio_backend: str) ->
 
 
 @pytest.fixture(autouse=True)
+def _no_policy_of_another_test() -> None:
+    """This process's cached command policy is read again: a test's database starts without one."""
+    from mcpserver.policy_source import POLICY
+
+    POLICY.forget()
+
+
+@pytest.fixture(autouse=True)
 def _live_server_helper() -> None:
     """Turn off pytest-django's helper for its own `live_server`, a name our fixture below takes over."""
 

@@ -52,6 +52,7 @@ class InProcessExecutor(LocalExecutor):
             "uid": os.getuid(),
             "user": pwd.getpwuid(os.getuid()).pw_name,
             "root": self.root,
+            "home": pwd.getpwuid(os.getuid()).pw_dir,
             "disk_free": None,
         }
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import httpx2
@@ -200,12 +200,13 @@ def auth_headers(token: str) -> dict[str, str]:
 
 @contextlib.asynccontextmanager
 async def mcp_client(
-    url: str, token: str, *, mode: str = "legacy", headers: dict[str, str] | None = None
+    url: str, token: str, *, mode: str = "legacy", headers: dict[str, str] | None = None, **options: Any
 ) -> AsyncIterator[Client]:
-    """The official SDK client over streamable HTTP; `mode` "legacy" (handshake + session) or "2026-07-28"."""
+    """The official SDK client over streamable HTTP; `mode` "legacy" (handshake + session) or "2026-07-28";
+    `options` for the Client (an elicitation_callback, ...)."""
     http = httpx2.AsyncClient(headers={**auth_headers(token), **(headers or {})}, timeout=httpx2.Timeout(60, read=330))
     async with http:
-        async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
+        async with Client(streamable_http_client(url, http_client=http), mode=mode, **options) as client:
             yield client
 
 

@@ -39,6 +39,7 @@ def record(event_name: str, actor: dict[str, str] | None = None, /, **detail: An
 
 ADMIN = {"username": "admin", "credential_kind": "session", "client_address": "10.0.0.5"}
 SHELL = {"username": "root", "credential_kind": "shell"}
+AGENT = {"username": "agent", "credential_kind": "bearer", "credential_id": "3", "credential_name": "laptop"}
 TOKEN: dict[str, Any] = {"token_id": 4, "name": "laptop", "prefix": "sst_abcd", "owner": "admin", "scope": "mcp"}
 CLIENT = {"client_id": "abc123", "client": "Claude (abc123)"}
 SENTENCE_CASES = [
@@ -109,6 +110,30 @@ SENTENCE_CASES = [
     (record("credentials.background_stopped", None, revocation_id=3, reason="bearer", revoked_by="admin", pids=[101, 102],
             credentials=["bearer:4"], commands=["sleep 1000", "npm run dev"]),
      "2 background processes stopped after a revocation (bearer) by admin: sleep 1000, npm run dev"),
+    (record("console.call_stopped", ADMIN, call_id="c1", tool="terminal_exec", summary="sleep 600", user="alice"),
+     "admin stopped a running terminal_exec call of alice from the console from 10.0.0.5: sleep 600"),
+    (record("policy.changed", ADMIN, action="added", rule_id="force-push", version=4, before=None, after={}),
+     "admin added policy rule force-push from 10.0.0.5 (policy version 4)"),
+    (record("policy.changed", ADMIN, action="recommended_on", rule_ids=["a", "b"], version=5),
+     "admin switched on the recommended policy rules a, b from 10.0.0.5 (policy version 5)"),
+    (record("policy.loaded", SHELL, rule_ids=["a", "b", "c"], version=7, sha256="ab" * 32, source="policy.json"),
+     "OS user root, on the command line, loaded a command policy of 3 rules from policy.json (policy version 7, "
+     "sha256 abababababab…)"),
+    (record("approval.decided", ADMIN, request="R-17", decision="denied", channel="console", latency_ms=4200,
+            reason="<b>not now</b>", grant_minutes=None),
+     "admin denied request R-17 through the console after 4.2 s: &lt;b&gt;not now&lt;/b&gt;"),
+    (record("approval.decided", ADMIN, request="R-18", decision="approved", channel="console", latency_ms=900,
+            reason="", grant_minutes=10),
+     "admin approved request R-18 and the same command shape for 10 minutes through the console after 0.9 s"),
+    (record("approval.decided", request="R-20", decision="timed_out", channel="timeout", latency_ms=300012),
+     "request R-20 got no answer in 300.0 s: denied"),
+    (record("approval.decided", request="R-21", decision="cancelled", channel="ended", latency_ms=1500),
+     "request R-21 ended unanswered after 1.5 s (its call ended)"),
+    (record("approval.run_in_background", AGENT, request="R-18", pid=4242, command="git push --force"),
+     "approved request R-18 of agent (with bearer credential laptop) started as background command 4242: git push "
+     "--force"),
+    (record("approval.run_failed", AGENT, request="R-19", error="Error: cwd not found"),
+     "approved request R-19 of agent (with bearer credential laptop) did not start: Error: cwd not found"),
     (record("console.background_stopped", ADMIN, pids=[101], commands=["npm run dev"], users=["alice"]),
      "admin stopped 1 background command from the console from 10.0.0.5 (started by alice): npm run dev"),
 ]  # fmt: skip

@@ -50,7 +50,10 @@ def _base(kind: str, actor: Actor | None, instance_id: str) -> AuditRecord:
     return AuditRecord(kind=kind, created_at=timezone.now(), instance_id=instance_id, **values)
 
 
-def started_record(actor: Actor, tool: str, arguments: dict[str, Any], instance_id: str) -> AuditRecord:
+def started_record(
+    actor: Actor, tool: str, arguments: dict[str, Any], instance_id: str, policy: dict[str, Any] | None = None
+) -> AuditRecord:
+    """`policy`: what the command policy decided and which rule (in `detail`, so the mac covers it)."""
     stored = store_arguments(arguments, settings.AUDIT_EXCERPT_BYTES)
     record = _base(KIND_STARTED, actor, instance_id)
     record.call_id = uuid.uuid4().hex
@@ -64,6 +67,8 @@ def started_record(actor: Actor, tool: str, arguments: dict[str, Any], instance_
     if stored.redacted:
         # Part of `detail`, so the mac covers it: a reviewer can trust that nothing else was masked.
         detail[REDACTED_KEY] = stored.redacted
+    if policy:
+        detail["policy"] = policy
     record.detail = detail or None
     return record
 

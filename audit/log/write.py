@@ -11,9 +11,11 @@ from audit.log.writer import current
 from audit.models import OUTCOME_DENIED, AuditRecord
 
 
-def call_started(actor: Actor, tool: str, arguments: dict[str, Any], instance_id: str) -> AuditRecord:
+def call_started(
+    actor: Actor, tool: str, arguments: dict[str, Any], instance_id: str, policy: dict[str, Any] | None = None
+) -> AuditRecord:
     """Commit the started record; the caller must not run the tool if this raises."""
-    return current().write(started_record(actor, tool, arguments, instance_id))
+    return current().write(started_record(actor, tool, arguments, instance_id, policy))
 
 
 def call_finished(started: AuditRecord, outcome: str, **result: Any) -> AuditRecord:
@@ -21,8 +23,15 @@ def call_finished(started: AuditRecord, outcome: str, **result: Any) -> AuditRec
     return current().write(finished_record(started, outcome, **result))
 
 
-def call_denied(actor: Actor, tool: str, arguments: dict[str, Any], reason: str, instance_id: str) -> AuditRecord:
-    started = call_started(actor, tool, arguments, instance_id)
+def call_denied(
+    actor: Actor,
+    tool: str,
+    arguments: dict[str, Any],
+    reason: str,
+    instance_id: str,
+    policy: dict[str, Any] | None = None,
+) -> AuditRecord:
+    started = call_started(actor, tool, arguments, instance_id, policy)
     return call_finished(started, OUTCOME_DENIED, result_text=reason, reason=reason, duration_ms=0)
 
 
@@ -34,9 +43,11 @@ def event(event_name: str, actor: Actor | None = None, /, *, instance_id: str = 
 # making the event loop wait for a lock.
 
 
-async def acall_started(actor: Actor, tool: str, arguments: dict[str, Any], instance_id: str) -> AuditRecord:
+async def acall_started(
+    actor: Actor, tool: str, arguments: dict[str, Any], instance_id: str, policy: dict[str, Any] | None = None
+) -> AuditRecord:
     """Commit the started record; the caller must not run the tool if this raises."""
-    build = functools.partial(started_record, actor, tool, arguments, instance_id)
+    build = functools.partial(started_record, actor, tool, arguments, instance_id, policy)
     return await current().awrite(build, opens_call=True)
 
 
@@ -45,9 +56,14 @@ async def acall_finished(started: AuditRecord, outcome: str, **result: Any) -> A
 
 
 async def acall_denied(
-    actor: Actor, tool: str, arguments: dict[str, Any], reason: str, instance_id: str
+    actor: Actor,
+    tool: str,
+    arguments: dict[str, Any],
+    reason: str,
+    instance_id: str,
+    policy: dict[str, Any] | None = None,
 ) -> AuditRecord:
-    started = await acall_started(actor, tool, arguments, instance_id)
+    started = await acall_started(actor, tool, arguments, instance_id, policy)
     return await acall_finished(started, OUTCOME_DENIED, result_text=reason, reason=reason, duration_ms=0)
 
 

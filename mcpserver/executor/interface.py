@@ -151,6 +151,9 @@ class Executor:
     async def install(self, packages: list[str], manager: str) -> ExecResult:
         raise NotImplementedError
 
+    async def git_roots(self) -> list[str]:
+        raise NotImplementedError
+
     # --- reads ---------------------------------------------------------------------------------------------------
     async def read_file_or_image(
         self,

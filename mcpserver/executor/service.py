@@ -62,6 +62,7 @@ class ExecutorService:
             "uid": os.getuid(),
             "user": account.pw_name,
             "root": self.executor.root,
+            "home": account.pw_dir,
             "disk_free": disk_free,
         }
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import shutil
 from pathlib import Path
@@ -27,6 +28,8 @@ MANAGER_BINARIES = {"npm": "npm", "bun": "bun", "pip": "python3", "pip3": "pytho
 # Names and version specs (`@types/node@20`, `requests>=2.31,<3`, `foo[bar]`), nothing a shell or an option
 # parser could take for more: no whitespace, quotes, `$;|&*?()` or backticks, and no leading `-`.
 PACKAGE_NAME = re.compile(r"[A-Za-z0-9@][A-Za-z0-9._+\-@/=<>!~^,:\[\]]*")
+GIT_ROOTS_DEPTH = 4  # levels below the workspace searched for repositories
+GIT_ROOTS_VISITS = 5000  # directories looked into at most: the policy needs an answer, not a census
 SUDO_REFUSALS = (
     "password is required",
     "a terminal is required",
@@ -34,6 +37,28 @@ SUDO_REFUSALS = (
     "not in the sudoers",
     "may not run sudo",
 )
+
+
+def find_git_roots(root: str, depth: int, visits: int) -> list[str]:
+    found: list[str] = []
+    level = [root]
+    for _ in range(depth + 1):
+        below: list[str] = []
+        for directory in level:
+            visits -= 1
+            if visits < 0:
+                return found
+            try:
+                with os.scandir(directory) as entries:
+                    children = [e for e in entries if e.is_dir(follow_symlinks=False) or e.name == ".git"]
+            except OSError:
+                continue
+            if any(child.name == ".git" for child in children):
+                found.append(directory)
+                continue
+            below += [child.path for child in children if child.is_dir(follow_symlinks=False)]
+        level = below
+    return found
 
 
 def validate_packages(packages: list[str]) -> None:
@@ -99,6 +124,12 @@ class WorkspaceOps:
     root: str
     env: dict[str, str]
     saved_output: SavedOutput
+
+    async def git_roots(self) -> list[str]:
+        """The git repositories in the workspace (the directories holding a `.git`), for the command policy's
+        "outside the workspace's repositories" (mcpserver/policy). Links are not followed; a repository's own
+        subdirectories are not searched."""
+        return await asyncio.to_thread(find_git_roots, self.root, GIT_ROOTS_DEPTH, GIT_ROOTS_VISITS)
 
     async def _probe(self, argv: list[str]) -> str:
         """A short command's output, or `not installed` / `(timed out)`; never a shell, never long."""

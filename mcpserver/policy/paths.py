@@ -53,7 +53,14 @@ def glob_regex(glob: str) -> re.Pattern[str]:
         else:
             out.append(re.escape(char))
         i += 1
-    return re.compile("".join(out), re.DOTALL)
+    try:
+        return re.compile("".join(out), re.DOTALL)
+    except re.error as error:  # a class such as `[z-a]`
+        raise GlobError(f"{glob!r} is not a glob: {error.msg}") from error
+
+
+class GlobError(ValueError):
+    """A glob that cannot be read (a character class out of order)."""
 
 
 def _class_end(glob: str, start: int) -> int:

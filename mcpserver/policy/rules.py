@@ -11,6 +11,7 @@ A policy is JSON-compatible:
          "tools": ["terminal_*"],   # globs over tool names; default: every tool the rule's patterns are about
          "commands": ["git push -f|--force", {"pattern": "rm -r", "when": "outside-repos"}],
          "paths": ["~/.*", "~/.*/**"],
+         "approver": "staff",       # ask rules: "staff", or "user" (the client's own user may approve too)
          "description": "why, for the admin reading it later"}]}
 
 `who` keys are each a list, any entry matching; every key given must match (a rule for user alice with scope
@@ -29,10 +30,12 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from mcpserver.policy.paths import PathGlob, glob_regex
+from mcpserver.policy.paths import GlobError, PathGlob, glob_regex
 from mcpserver.policy.patterns import CONDITIONS, CommandPattern, PatternError
 
 Decision = Literal["allow", "ask", "deny"]
+Approver = Literal["staff", "user"]
+APPROVERS: tuple[Approver, ...] = ("staff", "user")
 DECISIONS: tuple[Decision, ...] = ("allow", "ask", "deny")  # from the least strict to the most
 RESERVED_IDS = frozenset({"default", "opaque"})  # what a verdict names when no rule decided
 SCOPES = ("mcp", "mcp:read")  # oauth.models.SCOPE_ALL and SCOPE_READ (a test keeps them equal)
@@ -134,6 +137,7 @@ class Rule:
     commands: tuple[CommandPattern, ...] = ()
     paths: tuple[PathGlob, ...] = ()
     description: str = ""
+    approver: Approver = "staff"  # who may answer an ask: staff only, or also the client's own user (elicitation)
     # Whether it is about the commands or paths of a call rather than about whole calls.
     about_parts: bool = field(init=False, compare=False, repr=False)
     _tools: re.Pattern[str] = field(init=False, compare=False, repr=False)
@@ -169,7 +173,9 @@ class Rule:
         mapping = _mapping(data, where)
         if isinstance(mapping.get("id"), str):
             where += f" ({mapping['id']!r})"
-        _no_unknown_keys(mapping, ("id", "decision", "who", "tools", "commands", "paths", "description"), where)
+        _no_unknown_keys(
+            mapping, ("id", "decision", "who", "tools", "commands", "paths", "description", "approver"), where
+        )
         rule_id = mapping.get("id")
         if not isinstance(rule_id, str) or not _ID.fullmatch(rule_id):
             raise PolicyError(f"{where}: id: needs 1 to 64 letters, digits or `_.:-`, starting with a letter or digit")
@@ -178,6 +184,11 @@ class Rule:
         description = mapping.get("description", "")
         if not isinstance(description, str):
             raise PolicyError(f"{where}: description: must be a string")
+        approver = mapping.get("approver", "staff")
+        if approver not in APPROVERS:
+            raise PolicyError(f"{where}: approver: must be one of {', '.join(APPROVERS)}, not {approver!r}")
+        if approver != "staff" and mapping.get("decision") != "ask":
+            raise PolicyError(f"{where}: approver: only an ask rule has approvers")
         rule = cls(
             id=rule_id,
             decision=_decision(mapping.get("decision"), f"{where}: decision"),
@@ -186,6 +197,7 @@ class Rule:
             commands=_patterns(mapping["commands"], f"{where}: commands") if "commands" in mapping else (),
             paths=_path_globs(mapping["paths"], f"{where}: paths") if "paths" in mapping else (),
             description=description,
+            approver=approver,
         )
         _check_applies(rule, where)
         return rule
@@ -205,6 +217,8 @@ class Rule:
             data["paths"] = [glob.text for glob in self.paths]
         if self.description:
             data["description"] = self.description
+        if self.approver != "staff":
+            data["approver"] = self.approver
         return data
 
 
@@ -301,7 +315,11 @@ def _strings(value: object, where: str) -> tuple[str, ...]:
 def _tool_globs(value: object, where: str) -> tuple[str, ...]:
     globs = _strings(value, where)
     for at, glob in enumerate(globs):
-        if not any(glob_regex(glob).fullmatch(name) for name in TOOL_NAMES):
+        try:
+            names_a_tool = any(glob_regex(glob).fullmatch(name) for name in TOOL_NAMES)
+        except GlobError as error:
+            raise PolicyError(f"{where}[{at}]: {error}") from error
+        if not names_a_tool:
             raise PolicyError(f"{where}[{at}]: {glob!r} names no tool")
     return globs
 
@@ -324,13 +342,19 @@ def _patterns(value: object, where: str) -> tuple[CommandPattern, ...]:
             raise PolicyError(f"{here}: a pattern must be a non-empty string")
         try:
             patterns.append(CommandPattern(text, when))
-        except PatternError as error:
+        except (PatternError, GlobError) as error:
             raise PolicyError(f"{here}: {error}") from error
     return tuple(patterns)
 
 
 def _path_globs(value: object, where: str) -> tuple[PathGlob, ...]:
-    return tuple(PathGlob(glob) for glob in _strings(value, where))
+    globs = []
+    for at, glob in enumerate(_strings(value, where)):
+        try:
+            globs.append(PathGlob(glob))
+        except GlobError as error:
+            raise PolicyError(f"{where}[{at}]: {error}") from error
+    return tuple(globs)
 
 
 def _check_applies(rule: Rule, where: str) -> None:

@@ -10,10 +10,12 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
+from mcpserver.approvals.following import NotRunning, held_requests, is_label, job_of_request
+from mcpserver.approvals.requests import summary_of
 from mcpserver.background import find_job, job_ref, jobs_of
 from mcpserver.call import ToolCall
 from mcpserver.executor.interface import ToolFailure
-from mcpserver.models import BackgroundProcess
+from mcpserver.models import APPROVAL_APPROVED, APPROVAL_PENDING, ApprovalRequest, BackgroundProcess
 from mcpserver.registry import tool
 from mcpserver.results import ENVELOPE_BYTES, ToolResult
 
@@ -22,12 +24,21 @@ MAX_WAIT_MS = 50_000  # under the ~60 s a client such as Claude.ai allows one ca
 WAIT_SLICE_MS = 5_000  # a progress notification between slices keeps the client's patience
 LIST_LIMIT = 100
 
-JobId = Annotated[int, Field(description="The background command's id: the PID terminal_exec_background gave.")]
+JobId = Annotated[
+    int | str,
+    Field(
+        description="The background command's id: the PID terminal_exec_background gave, or the approval request "
+        '("R-17") of a command that waited for approval.'
+    ),
+]
 
 
 class OutputResult(BaseModel):
-    id: int
-    state: str = Field(description="running, exited, killed or lost.")
+    id: int | str
+    state: str = Field(
+        description="running, exited, killed or lost; for an approval request not run (yet): pending_approval, "
+        "denied, timed_out, cancelled or not_started."
+    )
     exit_code: int | None = Field(description="Once it has ended: its exit code (128+N when killed by signal N).")
     waiting_for_input: bool = Field(description="It is blocked reading its stdin or terminal.")
     offset: int = Field(description="The byte offset of the output shown.")
@@ -37,7 +48,7 @@ class OutputResult(BaseModel):
 
 
 class ListedCommand(BaseModel):
-    id: int
+    id: int | str
     command: str
     cwd: str
     started_at: str
@@ -54,7 +65,7 @@ class ListResult(BaseModel):
 
 
 class InputResult(BaseModel):
-    id: int
+    id: int | str
     written: int = Field(description="Bytes passed on to the command.")
     eof: bool
     state: str
@@ -78,11 +89,36 @@ def state_text(described: dict[str, Any]) -> str:
     return "lost: it is no longer running and its end was not recorded (the machine restarted, or it was killed with its job host)"
 
 
-async def _job(call: ToolCall, id: int) -> BackgroundProcess:
-    job = await find_job(call.principal, id)
+async def _job(call: ToolCall, id: int | str, wait_ms: int = 0) -> BackgroundProcess | NotRunning:
+    if is_label(id):
+        return await job_of_request(call.principal, str(id), wait_ms)
+    if isinstance(id, str) and not id.strip().isdigit():
+        raise ToolFailure(f'Error: {id!r} is not a background command id (a PID, or a request such as "R-17")')
+    job = await find_job(call.principal, int(id))
     if job is None:
         raise ToolFailure(f"Error: no background command {id} was started by {call.principal.username}")
     return job
+
+
+async def _running_job(call: ToolCall, id: int | str) -> BackgroundProcess:
+    job = await _job(call, id)
+    if isinstance(job, NotRunning):
+        raise ToolFailure(job.text if job.is_error else f"Error: {job.text}")
+    return job
+
+
+def _not_running_result(job: NotRunning) -> ToolResult:
+    structured = {
+        "id": job.label,
+        "state": job.state,
+        "exit_code": None,
+        "waiting_for_input": False,
+        "offset": 0,
+        "next_offset": 0,
+        "size": 0,
+        "log_path": "",
+    }
+    return ToolResult(job.text, is_error=job.is_error, structured=None if job.is_error else structured)
 
 
 @tool(title="Read a background command's output", read_only=True, output=OutputResult)
@@ -105,10 +141,13 @@ async def terminal_output(
         raise ToolFailure("Error: offset must be 0 or more; tail and max_bytes more than 0")
     if wait_ms is not None and wait_ms < 0:
         raise ToolFailure("Error: wait_ms must be 0 or more")
-    job = await _job(call, id)
-    budget = min(max_bytes or DEFAULT_MAX_BYTES, call.result_cap - 4 * ENVELOPE_BYTES)
     remaining = min(wait_ms or 0, MAX_WAIT_MS)
     started = time.monotonic()
+    job = await _job(call, id, remaining)
+    if isinstance(job, NotRunning):
+        return _not_running_result(job)
+    remaining = max(0, remaining - int((time.monotonic() - started) * 1000))
+    budget = min(max_bytes or DEFAULT_MAX_BYTES, call.result_cap - 4 * ENVELOPE_BYTES)
     while True:
         this_wait = min(remaining, WAIT_SLICE_MS)
         found = await call.executor.job_output(job.log_path, job.pid, job.start_ticks, offset, tail, budget, this_wait)
@@ -120,7 +159,7 @@ async def terminal_output(
     return _output_result(id, job, found)
 
 
-def _output_result(id: int, job: BackgroundProcess, found: dict[str, Any]) -> ToolResult:
+def _output_result(id: int | str, job: BackgroundProcess, found: dict[str, Any]) -> ToolResult:
     size, start, end = found["size"], found["offset"], found["next_offset"]
     left = size - end
     where = f"Output bytes {start}-{end} of {size}; next offset {end}"
@@ -147,12 +186,15 @@ async def terminal_list(call: ToolCall) -> ToolResult:
     exit code and output size."""
     rows, total = await jobs_of(call.principal.username, LIST_LIMIT)
     states = await call.executor.job_states([job_ref(row) for row in rows]) if rows else []
-    listed = [_listed(row, state) for row, state in zip(rows, states, strict=True)]
+    held = [_not_running_of(request) for request in await held_requests(call.principal, LIST_LIMIT)]
+    listed = held + [_listed(row, state) for row, state in zip(rows, states, strict=True)]
     if not listed:
         return ToolResult(
             f"No background commands started by {call.principal.username}.", structured={"commands": [], "more": 0}
         )
-    lines = [f"{len(listed)} background commands of {total} (newest first):"]
+    lines = [f"{len(listed)} background commands of {total + len(held)} (newest first):"]
+    for entry in held:
+        lines.append(f"{entry['id']}  {entry['state'].replace('_', ' ')}\n    {_one_line(entry['command'])}")
     for row, state in zip(rows, states, strict=True):
         mode = state.get("mode", "none")
         lines.append(
@@ -161,6 +203,24 @@ async def terminal_list(call: ToolCall) -> ToolResult:
             + f"\n    {_one_line(row.command)}"
         )
     return ToolResult("\n".join(lines), structured={"commands": listed, "more": total - len(listed)})
+
+
+def _not_running_of(request: ApprovalRequest) -> dict[str, Any]:
+    """A held call's request as terminal_list shows it until it runs (then it is listed by its PID)."""
+    state = "pending_approval" if request.state == APPROVAL_PENDING else request.state
+    if request.state == APPROVAL_APPROVED:
+        state = "not_started"
+    return {
+        "id": request.label,
+        "command": summary_of(request.tool, request.arguments)[:1000],
+        "cwd": request.cwd,
+        "started_at": request.created_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "state": state,
+        "exit_code": None,
+        "output_bytes": 0,
+        "waiting_for_input": False,
+        "input": "none",
+    }
 
 
 def _listed(row: BackgroundProcess, state: dict[str, Any]) -> dict[str, Any]:
@@ -201,7 +261,7 @@ async def terminal_input(
 ) -> ToolResult:
     """Write to the stdin of a background command started with stdin (or pty) true. Recorded in the audit log like
     every argument: do not type secrets an administrator must not read."""
-    job = await _job(call, id)
+    job = await _running_job(call, id)
     found = await call.executor.job_input(job.log_path, job.pid, job.start_ticks, text, eof)
     closed = " and closed its input" if eof else ""
     message = f"Wrote {found['written']} bytes to background command {id}{closed}. It is {state_text(found)}."

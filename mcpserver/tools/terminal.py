@@ -82,8 +82,7 @@ async def terminal_exec(
         return await run_until_background(call, command, cwd, background_after)
     # stdout and stderr travel twice (text and structured copy), so each copy gets under half of the cap.
     budget = (call.result_cap - 4 * ENVELOPE_BYTES) // 2
-    listener = call.progress if call.wants_progress else None
-    result = await call.executor.run_command(command, cwd, effective_timeout(timeout), budget, listener)
+    result = await call.executor.run_command(command, cwd, effective_timeout(timeout), budget, call.output)
     return exec_result(result)
 
 

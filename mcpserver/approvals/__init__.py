@@ -1,0 +1,1 @@
+"""Human approval of tool calls a policy rule asks about."""
