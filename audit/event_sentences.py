@@ -411,6 +411,17 @@ def approval_decided(record: AuditRecord, detail: Detail) -> SafeString:
     )
 
 
+def approval_grants_revoked(record: AuditRecord, detail: Detail) -> SafeString:
+    requests = _strings(detail, "requests")
+    return format_html(
+        "{} revoked {} ({}){}",
+        who(record),
+        counted(len(requests), "timed approval grant"),
+        listing(_strings(detail, "shapes")),
+        from_address(record),
+    )
+
+
 def approval_run_in_background(record: AuditRecord, detail: Detail) -> SafeString:
     return format_html(
         "approved request {} of {} started as background command {}: {}",
@@ -464,6 +475,7 @@ SENTENCES: dict[str, Sentence] = {
     "approval.decided": approval_decided,
     "approval.run_in_background": approval_run_in_background,
     "approval.run_failed": approval_run_failed,
+    "approval.grants_revoked": approval_grants_revoked,
 }
 
 

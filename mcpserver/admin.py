@@ -116,3 +116,4 @@ class BackgroundProcessAdmin(admin.ModelAdmin):
 
 
 from mcpserver import admin_policy  # noqa: E402, F401  (the command policy page)
+from mcpserver import admin_approvals  # noqa: E402, F401  (approval requests and timed grants)

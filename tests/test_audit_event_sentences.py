@@ -129,6 +129,8 @@ SENTENCE_CASES = [
      "request R-20 got no answer in 300.0 s: denied"),
     (record("approval.decided", request="R-21", decision="cancelled", channel="ended", latency_ms=1500),
      "request R-21 ended unanswered after 1.5 s (its call ended)"),
+    (record("approval.grants_revoked", ADMIN, requests=["R-18"], shapes=["terminal_exec: git push --force"]),
+     "admin revoked 1 timed approval grant (terminal_exec: git push --force) from 10.0.0.5"),
     (record("approval.run_in_background", AGENT, request="R-18", pid=4242, command="git push --force"),
      "approved request R-18 of agent (with bearer credential laptop) started as background command 4242: git push "
      "--force"),

@@ -100,7 +100,8 @@ def open_with_snapshot(page: Page, url: str) -> list[dict[str, Any]]:
 
 def created_at(server: LiveServer, marker: str) -> datetime:
     rows = server.database.query(
-        "SELECT created_at FROM mcpserver_approvalrequest WHERE arguments LIKE %s ORDER BY id DESC", f"%{marker}%"
+        "SELECT created_at FROM mcpserver_approvalrequest WHERE CAST(arguments AS TEXT) LIKE %s ORDER BY id DESC",
+        f"%{marker}%",
     )
     value = rows[0]["created_at"]
     moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))

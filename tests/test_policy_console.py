@@ -15,11 +15,10 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from audit.models import AuditRecord
-from mcpserver.management.commands.policy_export import document_text
 from mcpserver.models import PolicyRule, PolicySettings
 from mcpserver.policy.recommended import RECOMMENDED
 from mcpserver.policy.rules import Rule
-from mcpserver.policy_source import load_policy, policy_document, policy_version, replace_policy
+from mcpserver.policy_source import document_text, load_policy, policy_document, policy_version, replace_policy
 
 pytestmark = pytest.mark.django_db
 
