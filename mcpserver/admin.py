@@ -115,5 +115,5 @@ class BackgroundProcessAdmin(admin.ModelAdmin):
         self.message_user(request, message + ".", messages.SUCCESS if stopped else messages.WARNING)
 
 
-from mcpserver import admin_policy  # noqa: E402, F401  (the command policy page)
-from mcpserver import admin_approvals  # noqa: E402, F401  (approval requests and timed grants)
+# The console's other mcpserver pages: the command policy, approval requests and timed grants.
+from mcpserver import admin_approvals, admin_policy  # noqa: E402, F401
