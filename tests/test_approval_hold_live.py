@@ -103,3 +103,22 @@ def test_a_timed_grant_lets_the_same_command_shape_run_without_asking(page: Page
     second = uuid.uuid4().hex
     is_error, text, _ = sdk(server, "terminal_exec", {"command": f"printf '%s' {second}"})
     assert not is_error and second in text
+
+
+def test_the_client_hears_that_the_call_waits_for_an_administrator(server: LiveServer) -> None:
+    heard: list[str] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        heard.append(message or "")
+
+    async def waiting_call() -> str:
+        async with mcp_client(server.mcp_url, server.token) as client:
+            result = await client.call_tool(
+                "terminal_exec", {"command": f"printf {uuid.uuid4().hex}"}, progress_callback=on_progress
+            )
+        return text_of(result)
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        text = pool.submit(anyio.run, waiting_call).result(timeout=60)
+    label = text.split("as request ", 1)[1].split(" ", 1)[0]
+    assert heard and heard[0].startswith(f"waiting for an administrator: request {label} (")
