@@ -114,7 +114,10 @@ def test_the_client_hears_that_the_call_waits_for_an_administrator(server: LiveS
     async def waiting_call() -> str:
         async with mcp_client(server.mcp_url, server.token) as client:
             result = await client.call_tool(
-                "terminal_exec", {"command": f"printf {uuid.uuid4().hex}"}, progress_callback=on_progress
+                # `printf --`: not the shape the grant test lets through
+                "terminal_exec",
+                {"command": f"printf -- {uuid.uuid4().hex}"},
+                progress_callback=on_progress,
             )
         return text_of(result)
 
