@@ -138,11 +138,13 @@ def policy_document() -> dict[str, Any]:
     document: dict[str, Any] = {"default": settings_row.default if settings_row else "allow"}
     if settings_row is not None and settings_row.opaque:
         document["opaque"] = settings_row.opaque
-    document["rules"] = [
-        row.spec if row.enabled else {**row.spec, "enabled": False}
-        for row in PolicyRule.objects.order_by("position", "id")
-    ]
+    document["rules"] = [rule_entry(row) for row in PolicyRule.objects.order_by("position", "id")]
     return document
+
+
+def rule_entry(row: PolicyRule) -> dict[str, Any]:
+    """A stored rule as policy documents and audit records show it (a disabled one says so)."""
+    return row.spec if row.enabled else {**row.spec, "enabled": False}
 
 
 # The order Rule.to_dict() writes, whatever order the database kept the keys in (PostgreSQL's jsonb sorts them).
