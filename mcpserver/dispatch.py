@@ -86,8 +86,6 @@ async def dispatch(
             f"Error: the command policy denies this call (rule {decision.verdict.rule_id}): {decision.verdict.reason}"
         )
         return await deny(actor, spec, arguments, services, reason, decision.audit_detail())
-    if decision.verdict.decision == "ask":
-        decision = await _answered_before(spec.name, arguments, principal.key, decision)
     if not services.concurrency.try_acquire(principal.key):
         limit = services.concurrency.limit
         reason = f"Error: this credential already has {limit} tool calls running (the limit); wait for one to finish"
@@ -98,6 +96,8 @@ async def dispatch(
     token = IN_FLIGHT.register(principal.key, actor.session_id, str(context.request_id), cancel_scope)
     result = ToolResult.error("Error: the call was cancelled (client disconnected, credential revoked or stopped)")
     try:
+        if decision.verdict.decision == "ask":  # after the concurrency check: an approval it uses is used up
+            decision = await _answered_before(spec.name, arguments, principal.key, decision)
         with cancel_scope:
             result = await run_audited(spec, call, actor, arguments, decision, cancel_scope)
             if result.extra.get("held") is not None:
