@@ -28,7 +28,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 from audit.models import KIND_FINISHED, OUTCOME_OK, OUTCOME_PENDING, OUTCOMES, AuditRecord
 
 OUTCOME_RUNNING = "running"  # a started record with no finished record (yet)
-OUTCOME_FAILED = "failed"  # every outcome but ok
+OUTCOME_FAILED = "failed"  # every outcome but ok and pending (a call that waits for approval has not failed)
 FAILED_OUTCOMES = tuple(outcome for outcome in OUTCOMES if outcome not in (OUTCOME_OK, OUTCOME_PENDING))
 OUTCOME_VALUES = (OUTCOME_FAILED, *OUTCOMES, OUTCOME_RUNNING)
 

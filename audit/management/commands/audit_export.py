@@ -100,7 +100,7 @@ class Command(BaseCommand):
         parser.add_argument("--range", choices=sorted(RANGES), help="calls of today, yesterday, the past 7 or 30 days")
         for option, what in (
             ("tool", "the tool"),
-            ("outcome", f"the outcome ({', '.join(OUTCOME_VALUES)}; failed is every outcome but ok)"),
+            ("outcome", f"the outcome ({', '.join(OUTCOME_VALUES)}; failed is every outcome but ok and pending)"),
             ("user", "the user"),
             ("credential", "the credential, written kind:id (bearer:3)"),
             ("credential-kind", "the credential kind (bearer, oauth)"),
