@@ -49,6 +49,9 @@ from oauth.models import SCOPE_READ
 
 logger = logging.getLogger(__name__)
 AUDIT_UNAVAILABLE = "Error: the audit log could not be written, so the call was not run; the server log has the details"
+POLICY_UNAVAILABLE = (
+    "Error: the command policy could not be read, so the call was not run; the server log has the details"
+)
 EXECUTOR_LOST = (
     "Error: the tool executor stopped during this call, so it is not known whether {tool} completed; "
     "a command it had started has been ended. Check the workspace before retrying."
@@ -80,7 +83,11 @@ async def dispatch(
     refusal = scope_refusal(spec, principal, arguments)
     if refusal is not None:
         return await deny(actor, spec, arguments, services, refusal)
-    decision = await decide_call(spec.name, arguments, principal, places_for(services.executor))
+    try:
+        decision = await decide_call(spec.name, arguments, principal, places_for(services.executor))
+    except DatabaseError:
+        logger.exception("the command policy could not be read; refusing the call")
+        return render(ToolResult.error(POLICY_UNAVAILABLE), services.result_cap)
     if decision.verdict.decision == "deny":
         reason = (
             f"Error: the command policy denies this call (rule {decision.verdict.rule_id}): {decision.verdict.reason}"

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from mcpserver.models import PolicyRule, PolicySettings
@@ -88,10 +88,18 @@ class PolicyCache:
         loaded, now = self._loaded, time.monotonic()
         if loaded is not None and now - self._checked < RECHECK_SECONDS:
             return loaded
-        version = await sync_to_async(policy_version)()
-        if loaded is None or version != loaded.version:
-            loaded = await sync_to_async(load_policy)()
-            self._loaded = loaded
+        try:
+            version = await sync_to_async(policy_version)()
+            if loaded is None or version != loaded.version:
+                loaded = await sync_to_async(load_policy)()
+                self._loaded = loaded
+        except DatabaseError:
+            if loaded is None:
+                raise  # no policy known: the call is refused (mcpserver.dispatch)
+            # A dropped connection fails its query once and is replaced (sandstorm_site/postgresql): the policy
+            # read a moment ago decides this call, and the next one looks again.
+            logger.warning("could not read the command policy's version; the policy read before decides")
+            return loaded
         self._checked = now
         return loaded
 
