@@ -50,6 +50,15 @@ def command_line(entry: object) -> str:
     return str(entry)
 
 
+def entries_field(rows: int, help_text: str) -> forms.CharField:
+    """A list the admin writes one entry per line (or comma-separated), in a monospaced box."""
+    return forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": rows, "class": "vLargeTextField policy-mono"}),
+        help_text=help_text,
+    )
+
+
 class RuleForm(forms.ModelForm):
     decision = forms.ChoiceField(
         choices=DECISION_CHOICES,
@@ -64,21 +73,9 @@ class RuleForm(forms.ModelForm):
     position = forms.IntegerField(
         required=False, min_value=1, help_text="Its place in the order: 1 is first. Empty: after the last rule."
     )
-    users = forms.CharField(
-        required=False,
-        widget=forms.Textarea(attrs={"rows": 2, "class": "vLargeTextField policy-mono"}),
-        help_text="Usernames, separated by commas or line breaks.",
-    )
-    credentials = forms.CharField(
-        required=False,
-        widget=forms.Textarea(attrs={"rows": 2, "class": "vLargeTextField policy-mono"}),
-        help_text="Credential names: bearer token names and connected apps' names.",
-    )
-    clients = forms.CharField(
-        required=False,
-        widget=forms.Textarea(attrs={"rows": 2, "class": "vLargeTextField policy-mono"}),
-        help_text="OAuth client ids of connected apps.",
-    )
+    users = entries_field(2, "Usernames, separated by commas or line breaks.")
+    credentials = entries_field(2, "Credential names: bearer token names and connected apps' names.")
+    clients = entries_field(2, "OAuth client ids of connected apps.")
     scopes = forms.MultipleChoiceField(
         required=False,
         choices=[(scope, SCOPE_LABELS.get(scope, scope)) for scope in SCOPES],
@@ -91,18 +88,13 @@ class RuleForm(forms.ModelForm):
         help_text="Tool name globs, separated by commas (terminal_*, file_write). Empty: the tools its commands "
         "and paths apply to, or every tool if it has neither.",
     )
-    commands = forms.CharField(
-        required=False,
-        widget=forms.Textarea(attrs={"rows": 4, "class": "vLargeTextField policy-mono"}),
-        help_text=f"One pattern per line (see “How patterns read” below). A line ending in {WHEN}"
+    commands = entries_field(
+        4,
+        f"One pattern per line (see “How patterns read” below). A line ending in {WHEN}"
         + f" or {WHEN}".join(CONDITIONS)
         + " applies only then.",
     )
-    paths = forms.CharField(
-        required=False,
-        widget=forms.Textarea(attrs={"rows": 3, "class": "vLargeTextField policy-mono"}),
-        help_text="One path glob per line, over the paths the file and git tools name.",
-    )
+    paths = entries_field(3, "One path glob per line, over the paths the file and git tools name.")
     approver = forms.ChoiceField(
         choices=APPROVER_CHOICES,
         initial="staff",
