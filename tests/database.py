@@ -69,19 +69,37 @@ def drop_postgres_database(url: str) -> None:
     name = database_name(url)
     if not name.startswith(LIVE_PREFIX):
         raise ValueError(f"refusing to drop {name!r}: not a live-server database of the test suite")
+    import psycopg
+
     with closing(_connect_postgres(POSTGRES_URL)) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        # Not WITH (FORCE): that refuses a non-superuser while autovacuum works in the database (PostgreSQL 15).
+        # A plain DROP ends autovacuum itself; the clients (a server still closing) are ended here first.
+        for attempt in range(5):
+            _end_client_connections(admin, name)
+            try:
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+                break
+            except psycopg.errors.ObjectInUse:
+                if attempt == 4:
+                    raise
     _made.discard(name)
 
 
-def end_connections(url: str) -> int:
-    """End every connection to the database of `url`, as a restart of PostgreSQL would; returns how many."""
-    with closing(_connect_postgres(POSTGRES_URL)) as admin:
-        row = admin.execute(
-            "SELECT count(pg_terminate_backend(pid)) AS ended FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
-            (database_name(url),),
-        ).fetchone()
+def _end_client_connections(admin: Any, name: str) -> int:
+    """End the connections of the suite's own role to database `name`; autovacuum's workers, which a non-superuser
+    may not end, are left alone."""
+    row = admin.execute(
+        "SELECT count(pg_terminate_backend(pid)) AS ended FROM pg_stat_activity"
+        " WHERE datname = %s AND pid <> pg_backend_pid() AND usename = current_user",
+        (name,),
+    ).fetchone()
     return int(row["ended"])
+
+
+def end_connections(url: str) -> int:
+    """End every client connection to the database of `url`, as a restart of PostgreSQL would; returns how many."""
+    with closing(_connect_postgres(POSTGRES_URL)) as admin:
+        return _end_client_connections(admin, database_name(url))
 
 
 def made_databases() -> frozenset[str]:
