@@ -51,7 +51,7 @@ ENV_FILE="$PREFIX/etc/$SERVICE.env"
 # Optional, the admin's: what tool processes may get (SANDSTORM_TOOL_ENV_ALLOW and its variables); never written here.
 EXECUTOR_ENV_FILE="$PREFIX/etc/$EXECUTOR.env"
 RUN_DIR="$PREFIX/run/$SERVICE"
-SOCKET="$RUN_DIR/daphne.sock"  # systemd's (sandstorm-mcp.socket), handed to Daphne
+SOCKET="$RUN_DIR/worker-1.sock"  # systemd's (sandstorm-mcp.socket), handed to Daphne: worker 1's
 # The directory of the executor's socket (systemd's: sandstorm-mcp-executor.socket); the server's unit, the
 # maintenance units and sandstorm-manage point at the socket in it.
 EXECUTOR_RUN_DIR="$PREFIX/run/$EXECUTOR"
@@ -213,6 +213,9 @@ render() {
     text="${text//@CADDY_GROUP@/$CADDY_GROUP}"
     text="${text//@SITE_ADDRESS@/$DOMAIN}"
     text="${text//@MAX_REQUEST_BYTES@/$MAX_REQUEST_BYTES}"
+    # The workers Caddy balances over and routes sessions to (one: docs/scaling.md).
+    text="${text//@WORKER_NUMBERS@/1}"
+    text="${text//@UPSTREAMS@/unix/$SOCKET}"
     text="${text//@TASKS_MAX@/${TASKS_MAX:-}}"
     text="${text//@MEMORY_HIGH@/${MEMORY_HIGH:-}}"
     text="${text//@MEMORY_MAX@/${MEMORY_MAX:-}}"

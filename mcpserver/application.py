@@ -29,8 +29,10 @@ from mcpserver.origins import HostOriginCheck
 from mcpserver.process import INSTANCE_ID, sandstorm_version
 from mcpserver.revocations import RevocationWatcher
 from mcpserver.services import Services, build_services, register
+from mcpserver.shared_limits import SharedSessionLedger
 from mcpserver.tool_server import build_server
 from mcpserver.transport import install as install_transport
+from mcpserver.workers import WorkerBus, ask_workers_to_end_idle_session
 from oauth.agent_identity import remember_agent_user
 from oauth.credentials import build_authenticator
 
@@ -95,14 +97,19 @@ def build_mcp_application(services: Services | None = None) -> McpApplication:
     failures = FailureAggregator()
     housekeeping = Housekeeping(failures, services.audit_budget)
     watcher = RevocationWatcher(IN_FLIGHT, services.executor)
+    bus = WorkerBus(on_revocation=watcher.wake_threadsafe, sessions=services.sessions)
+    if isinstance(services.sessions, SharedSessionLedger):
+        services.sessions.ask_others = ask_workers_to_end_idle_session
 
     async def start() -> None:
         await housekeeping.start()
         await sync_to_async(cancel_orphaned, thread_sensitive=False)(INSTANCE_ID)
         await announce_executor(services)
         await watcher.start()
+        await bus.start()
 
     async def stop() -> None:
+        await bus.stop()
         await watcher.stop()
         await stop_waiting()  # held approval requests end as cancelled: nobody would be left to run them
         await asyncio.to_thread(audit_log.close)  # every session has ended: write what is queued

@@ -16,7 +16,7 @@ from audit.failures import FailureAggregator
 from audit.log import Actor, aevent
 from mcpserver.call import PRINCIPAL_KEY, audit_actor
 from mcpserver.dispatch import call_parts, record_denied
-from mcpserver.limits import RateLimiter
+from mcpserver.limits import LimitsUnavailable, RateLimiter, RequestLimit
 from mcpserver.process import INSTANCE_ID
 from mcpserver.responses import send_json
 from oauth.credentials import InsufficientScope, Principal
@@ -46,7 +46,7 @@ class BearerAuthMiddleware:
         app: ASGIApp,
         *,
         authenticate: Authenticator,
-        rate_limiter: RateLimiter,
+        rate_limiter: RequestLimit,
         resource_metadata_url: str,
         failures: FailureAggregator,
     ) -> None:
@@ -79,7 +79,17 @@ class BearerAuthMiddleware:
             await self.record_failure(client_address(scope), "invalid_token" if raw else "missing_token")
             await self.unauthorized(send, token_given=bool(raw))
             return
-        wait = self.rate_limiter.check(principal.key)
+        try:
+            wait = await self.rate_limiter.admit(principal.key)
+        except LimitsUnavailable as error:
+            logger.error("refusing a request: %s", error)
+            await send_json(
+                send,
+                503,
+                {"error": "temporarily_unavailable", "error_description": "The server cannot count its rate limit."},
+                [(b"retry-after", b"5")],
+            )
+            return
         if wait:
             if not self.denial_records.check(principal.key):
                 await record_rate_limited_call(scope, receive, principal)

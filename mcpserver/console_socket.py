@@ -47,6 +47,7 @@ from mcpserver.models import APPROVAL_PENDING, ApprovalRequest, BackgroundProces
 from mcpserver.process import INSTANCE_ID
 from mcpserver.services import registered
 from mcpserver.tools.jobs import state_text
+from mcpserver.workers import ask_workers_to_stop, tell_workers
 from oauth.authority import parse_authority
 from oauth.credentials import KIND_BEARER, KIND_OAUTH
 
@@ -214,6 +215,9 @@ class ConsoleSocket(AsyncJsonWebsocketConsumer):
             self.joined = True
         await self.accept()
         await self.send_json({"type": "snapshot", **await self.snapshot()})
+        if self.live_page and self.joined:
+            # The calls running in the other workers reach this page as batches (mcpserver.workers).
+            await tell_workers({"type": "workers.snapshot", "reply_to": self.channel_name, "from": INSTANCE_ID})
 
     async def disconnect(self, code: int) -> None:
         if self.joined:
@@ -312,18 +316,23 @@ class ConsoleSocket(AsyncJsonWebsocketConsumer):
 
     async def stop_call(self, actor: Actor, call_id: str) -> str:
         call = LIVE.calls.get(call_id)
-        if call is None or not LIVE.stop(call_id):
-            raise ActionRefused(f"no call {call_id} is running in this server process (it may have ended)")
+        if call is not None and LIVE.stop(call_id):
+            stopped = {"tool": call.tool, "summary": call.summary[:500], "username": call.username}
+        else:  # running in another worker, if anywhere
+            answer = await ask_workers_to_stop(call_id)
+            if answer is None:
+                raise ActionRefused(f"no call {call_id} is running (it may have ended)")
+            stopped = {key: str(answer.get(key, ""))[:500] for key in ("tool", "summary", "username")}
         await aevent(
             "console.call_stopped",
             actor,
             instance_id=INSTANCE_ID,
             call_id=call_id,
-            tool=call.tool,
-            summary=call.summary[:500],
-            user=call.username,
+            tool=stopped["tool"],
+            summary=stopped["summary"],
+            user=stopped["username"],
         )
-        return f"stopped {call.tool} ({call.username})"
+        return f"stopped {stopped['tool']} ({stopped['username']})"
 
     async def stop_background(self, actor: Actor, pk: int) -> str:
         row = await BackgroundProcess.objects.filter(pk=pk).afirst()

@@ -38,6 +38,7 @@ from mcpserver.call import ToolCall, audit_actor, mark_dispatched, principal_fro
 from mcpserver.executor.interface import ToolFailure
 from mcpserver.executor.remote import ExecutorFault, ExecutorLost
 from mcpserver.inflight import IN_FLIGHT
+from mcpserver.limits import LimitsUnavailable
 from mcpserver.live import LIVE, LiveCall
 from mcpserver.policy_gate import Decision, command_shape, decide_call, places_for
 from mcpserver.process import INSTANCE_ID
@@ -51,6 +52,9 @@ logger = logging.getLogger(__name__)
 AUDIT_UNAVAILABLE = "Error: the audit log could not be written, so the call was not run; the server log has the details"
 POLICY_UNAVAILABLE = (
     "Error: the command policy could not be read, so the call was not run; the server log has the details"
+)
+LIMITS_UNAVAILABLE = (
+    "Error: the server cannot count this credential's calls (Redis does not answer), so the call was not run; try again"
 )
 EXECUTOR_LOST = (
     "Error: the tool executor stopped during this call, so it is not known whether {tool} completed; "
@@ -93,7 +97,12 @@ async def dispatch(
             f"Error: the command policy denies this call (rule {decision.verdict.rule_id}): {decision.verdict.reason}"
         )
         return await deny(actor, spec, arguments, services, reason, decision.audit_detail())
-    if not services.concurrency.try_acquire(principal.key):
+    try:
+        slot = await services.concurrency.acquire(principal.key)
+    except LimitsUnavailable as error:
+        logger.error("refusing a call: %s", error)
+        return render(ToolResult.error(LIMITS_UNAVAILABLE), services.result_cap)
+    if slot is None:
         limit = services.concurrency.limit
         reason = f"Error: this credential already has {limit} tool calls running (the limit); wait for one to finish"
         return await deny(actor, spec, arguments, services, reason)
@@ -111,7 +120,7 @@ async def dispatch(
                 keep_waiting(result.extra["held"], arguments, principal, actor, services.executor)
     finally:
         IN_FLIGHT.unregister(token)
-        services.concurrency.release(principal.key)
+        await slot.release()
     return render(result, services.result_cap, keep_structured=spec.output is not None)
 
 

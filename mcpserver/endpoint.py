@@ -13,6 +13,7 @@ from starlette.types import Message, Receive, Scope, Send
 from mcpserver.call import PRINCIPAL_KEY
 from mcpserver.inflight import IN_FLIGHT
 from mcpserver.lifespan import SessionManagerRunner
+from mcpserver.limits import LimitsUnavailable
 from mcpserver.responses import send_json
 from mcpserver.sessions import OPENING, SessionLedger
 from oauth.credentials import Principal
@@ -48,9 +49,15 @@ class McpEndpoint:
 
     async def may_open_a_session(self, scope: Scope, receive: Receive, send: Send) -> None:
         principal: Principal = scope[PRINCIPAL_KEY]
-        entry = self.sessions.admit(principal.key, principal.user_id)
-        if entry is None:
-            await self.too_many_sessions(send, principal)
+        try:
+            entry = await self.sessions.open(principal.key, principal.user_id)
+        except LimitsUnavailable as error:
+            logger.error("refused a new MCP session: %s", error)
+            body = {"error": "temporarily_unavailable", "error_description": "The server cannot count its sessions."}
+            await send_json(send, 503, body, [(b"retry-after", b"5")])
+            return
+        if isinstance(entry, str):
+            await self.too_many_sessions(send, principal, entry)
             return
         opening = OPENING.set(entry)
         try:
@@ -60,11 +67,7 @@ class McpEndpoint:
             if entry.transport is None:  # no session was made (a 2026-07-28 request, a refusal): free the place
                 entry.release()
 
-    async def too_many_sessions(self, send: Send, principal: Principal) -> None:
-        if self.sessions.open_count(principal.key) >= self.sessions.per_credential:
-            why = f"this credential has {self.sessions.per_credential} MCP sessions open, all of them busy"
-        else:
-            why = f"this credential's user has {self.sessions.per_user} MCP sessions open"
+    async def too_many_sessions(self, send: Send, principal: Principal, why: str) -> None:
         logger.warning("refused a new MCP session of %s: %s", principal.key, why)
         message = f"Too many open sessions: {why}. End sessions no longer used (HTTP DELETE) or wait for them to close."
         body: dict[str, object] = {"jsonrpc": "2.0", "id": None, "error": {"code": SESSION_REFUSED, "message": message}}

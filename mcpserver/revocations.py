@@ -31,6 +31,7 @@ from mcpserver.inflight import InFlightCalls
 from mcpserver.models import BackgroundProcess
 from mcpserver.process import INSTANCE_ID
 from mcpserver.services import build_executor, registered
+from mcpserver.workers import announce_revocation
 from oauth.models import Revocation
 
 logger = logging.getLogger(__name__)
@@ -175,7 +176,9 @@ def on_credentials_revoked(sender: Any, revocation: Revocation, **kwargs: Any) -
     for: the one of the application built in this process if there is one, else one built from the settings for this
     revocation (production's service, `sandstorm-manage` sets its socket; in development an executor child of its
     own, running as the same user as the server's). The server processes' watchers see the same revocation within
-    POLL_SECONDS; whichever process claims a background process first stops it."""
+    POLL_SECONDS, or at once where several workers share a channel layer (mcpserver.workers); whichever process
+    claims a background process first stops it."""
+    announce_revocation()
     if _watcher is not None:
         _watcher.wake_threadsafe()
     elif revocation.stop_background:

@@ -11,13 +11,15 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from redis.asyncio import Redis
 
 from audit.budget import AuditBudget
 from mcpserver.database_health import DatabaseHealth
 from mcpserver.executor.child import ExecutorChild
 from mcpserver.executor.remote import RemoteExecutor
-from mcpserver.limits import ConcurrencyLimiter, RateLimiter
+from mcpserver.limits import CallLimit, ConcurrencyLimiter, RateLimiter, RequestLimit
 from mcpserver.sessions import SessionLedger
+from mcpserver.shared_limits import SharedConcurrencyLimiter, SharedRateLimiter, SharedSessionLedger, connect
 
 
 @dataclass
@@ -25,8 +27,8 @@ class Services:
     executor: RemoteExecutor
     # The executor this process started itself (development), or None when it is a separate service (production).
     executor_child: ExecutorChild | None
-    rate_limiter: RateLimiter
-    concurrency: ConcurrencyLimiter
+    rate_limiter: RequestLimit
+    concurrency: CallLimit
     result_cap: int
     audit_budget: AuditBudget
     sessions: SessionLedger
@@ -49,20 +51,40 @@ def build_executor() -> tuple[RemoteExecutor, ExecutorChild | None]:
     return child.remote(), child
 
 
+def build_limits(redis: Redis | None) -> tuple[RequestLimit, CallLimit]:
+    """The per-credential limits: in this process's memory, or in Redis where several workers count together."""
+    if redis is not None:
+        prefix = settings.REDIS_PREFIX
+        return (
+            SharedRateLimiter(redis, prefix, settings.RATE_LIMIT_PER_MINUTE),
+            SharedConcurrencyLimiter(redis, prefix, settings.MAX_CONCURRENT_CALLS),
+        )
+    return RateLimiter(settings.RATE_LIMIT_PER_MINUTE), ConcurrencyLimiter(settings.MAX_CONCURRENT_CALLS)
+
+
+def build_session_ledger(redis: Redis | None) -> SessionLedger:
+    caps = {
+        "per_credential": settings.MAX_SESSIONS_PER_CREDENTIAL,
+        "per_user": settings.MAX_SESSIONS_PER_USER,
+        "unused_timeout": settings.SESSION_UNUSED_TIMEOUT,
+    }
+    if redis is not None:
+        return SharedSessionLedger(redis, settings.REDIS_PREFIX, **caps)
+    return SessionLedger(**caps)
+
+
 def build_services() -> Services:
     executor, child = build_executor()
+    redis = connect(settings.REDIS_URL) if settings.REDIS_URL else None
+    rate_limiter, concurrency = build_limits(redis)
     return Services(
         executor=executor,
         executor_child=child,
-        rate_limiter=RateLimiter(settings.RATE_LIMIT_PER_MINUTE),
-        concurrency=ConcurrencyLimiter(settings.MAX_CONCURRENT_CALLS),
+        rate_limiter=rate_limiter,
+        concurrency=concurrency,
         result_cap=settings.RESULT_CAP_BYTES,
         audit_budget=AuditBudget(settings.AUDIT_MAX_BYTES),
-        sessions=SessionLedger(
-            per_credential=settings.MAX_SESSIONS_PER_CREDENTIAL,
-            per_user=settings.MAX_SESSIONS_PER_USER,
-            unused_timeout=settings.SESSION_UNUSED_TIMEOUT,
-        ),
+        sessions=build_session_ledger(redis),
         database=DatabaseHealth(),
     )
 

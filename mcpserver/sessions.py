@@ -27,6 +27,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from mcpserver.limits import CallSlot
+
 logger = logging.getLogger(__name__)
 HANDSHAKE_METHODS = frozenset({"initialize", "notifications/initialized"})
 
@@ -48,6 +50,7 @@ class OpenSession:
     used: bool = False
     closed: bool = False
     last_active: float = field(default_factory=time.monotonic)
+    lease: CallSlot | None = None  # its place in the caps of every worker (mcpserver.shared_limits), if shared
     _expiry: asyncio.TimerHandle | None = None
 
     @property
@@ -100,6 +103,7 @@ class SessionLedger:
         self.unused_timeout = unused_timeout
         self._by_key: dict[str, list[OpenSession]] = {}
         self._per_user: dict[int, int] = {}
+        self._releasing: set[asyncio.Task[None]] = set()
 
     def open_count(self, key: str) -> int:
         return len(self._by_key.get(key, ()))
@@ -107,19 +111,36 @@ class SessionLedger:
     def admit(self, key: str, user_id: int) -> OpenSession | None:
         """Reserve a place for a new session of `key`, ending its least recently used idle session if it is at a
         cap; None if it is at a cap with every session busy."""
-        mine = self._by_key.setdefault(key, [])
+        mine = self._by_key.get(key, [])
         if len(mine) >= self.per_credential or self._per_user.get(user_id, 0) >= self.per_user:
-            idle = [entry for entry in mine if entry.idle]
-            if not idle:
-                if not mine:
-                    del self._by_key[key]
+            if self.end_idle(key) is None:
                 return None
-            min(idle, key=lambda entry: entry.last_active).end("its credential opened a new session at its cap")
-            mine = self._by_key.setdefault(key, [])
+        return self.add(key, user_id)
+
+    async def open(self, key: str, user_id: int) -> OpenSession | str:
+        """`admit`, or why not (for the 429)."""
+        entry = self.admit(key, user_id)
+        return entry if entry is not None else self.refusal(self.open_count(key) >= self.per_credential)
+
+    def refusal(self, credential_full: bool) -> str:
+        if credential_full:
+            return f"this credential has {self.per_credential} MCP sessions open, all of them busy"
+        return f"this credential's user has {self.per_user} MCP sessions open"
+
+    def add(self, key: str, user_id: int) -> OpenSession:
         entry = OpenSession(self, key, user_id)
-        mine.append(entry)
+        self._by_key.setdefault(key, []).append(entry)
         self._per_user[user_id] = self._per_user.get(user_id, 0) + 1
         return entry
+
+    def end_idle(self, key: str) -> OpenSession | None:
+        """End the least recently used idle session of `key` held here, to make room for a new one; which, if any."""
+        idle = [entry for entry in self._by_key.get(key, ()) if entry.idle]
+        if not idle:
+            return None
+        oldest = min(idle, key=lambda entry: entry.last_active)
+        oldest.end("its credential opened a new session at its cap")
+        return oldest
 
     def forget(self, entry: OpenSession) -> None:
         if entry.closed:
@@ -134,6 +155,10 @@ class SessionLedger:
             self._per_user[entry.user_id] = left
         else:
             del self._per_user[entry.user_id]
+        if entry.lease is not None:
+            task = asyncio.get_running_loop().create_task(entry.lease.release())
+            self._releasing.add(task)
+            task.add_done_callback(self._releasing.discard)
 
 
 def goes_beyond_handshake(body: bytes) -> bool:

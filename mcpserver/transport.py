@@ -30,6 +30,7 @@ from collections import deque
 from contextvars import ContextVar
 from typing import Any
 
+from django.conf import settings
 from mcp.server import streamable_http_manager
 from mcp.server.streamable_http import StreamableHTTPServerTransport, check_accept_headers
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
@@ -62,6 +63,8 @@ class SandstormTransport(StreamableHTTPServerTransport):
     """The SDK's session transport, answering with JSON where nothing but the answer can follow."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if kwargs.get("mcp_session_id") is not None:
+            kwargs["mcp_session_id"] = worker_session_id(kwargs["mcp_session_id"])
         super().__init__(*args, **kwargs)
         # Made by the SDK while it admits the request that opens the session: that request's reservation.
         self.ledger_entry: OpenSession | None = None
@@ -127,6 +130,12 @@ class SandstormTransport(StreamableHTTPServerTransport):
         if self.client_elicits and POLICY.users_may_approve() and b'"tools/call"' in body:
             return False  # the call may ask the client's user (mcpserver.approvals.asking)
         return only_an_answer_can_follow(body)
+
+
+def worker_session_id(session_id: str) -> str:
+    """The SDK's new session id, tagged with this worker's number (`w2-…`): Caddy sends every later request of the
+    session to the worker that holds it (docs/scaling.md)."""
+    return f"w{settings.WORKER}-{session_id}"
 
 
 def declares_elicitation(body: bytes) -> bool:

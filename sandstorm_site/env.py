@@ -82,6 +82,27 @@ def env_url(name: str, default: str) -> str:
     return value
 
 
+def env_redis_url(name: str) -> str:
+    """A Redis URL (redis://, rediss:// or unix:///path/redis.sock), or "" when unset."""
+    value = env_str(name, "")
+    if not value:
+        return ""
+    parts = urlsplit(value)
+    if parts.scheme not in {"redis", "rediss", "unix"}:
+        raise ImproperlyConfigured(
+            f"{name} must be a redis://, rediss:// or unix:// URL, not one with scheme {parts.scheme!r}"
+        )
+    if parts.scheme == "unix" and not parts.path:
+        raise ImproperlyConfigured(f"{name} must name the socket: unix:///run/redis/redis-server.sock")
+    if parts.scheme != "unix" and not parts.hostname:
+        raise ImproperlyConfigured(f"{name} must name the host: redis://127.0.0.1:6379/0")
+    try:
+        parts.port  # noqa: B018 - reading it raises ValueError on a port out of range or not a number
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} has an invalid port") from None
+    return value
+
+
 def env_secret(name: str, generated_file: Path) -> str:
     """A secret from NAME, from the file named by NAME_FILE, or generated once into `generated_file` (0600)."""
     value = os.environ.get(name, "").strip()

@@ -10,7 +10,16 @@ from django.core.exceptions import ImproperlyConfigured
 
 from mcpserver.executor.rlimits import DEFAULT_MAX_PROCESSES, MIN_MAX_MEMORY, default_max_memory
 from mcpserver.executor.savedoutput import DEFAULT_MAX_BYTES as DEFAULT_OUTPUT_MAX_BYTES
-from sandstorm_site.env import env_bool, env_int, env_path, env_secret, env_str, env_url, read_or_create_secret_file
+from sandstorm_site.env import (
+    env_bool,
+    env_int,
+    env_path,
+    env_redis_url,
+    env_secret,
+    env_str,
+    env_url,
+    read_or_create_secret_file,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -311,10 +320,32 @@ OAUTH2_PROVIDER = {
     "OAUTH2_PROTECTED_RESOURCE_NAME": "Sandstorm",
 }
 
+# --- several workers (docs/scaling.md) -----------------------------------------------------------------------------
+# SANDSTORM_WORKERS server processes behind one Caddy site, this one number SANDSTORM_WORKER (1..N; the systemd
+# template unit's instance). More than one share PostgreSQL (DATABASE_URL) and Redis (SANDSTORM_REDIS_URL): the
+# channel layer, the per-credential limits, revocation's wake-up. Keys and channel names start with
+# SANDSTORM_REDIS_PREFIX, so installations (or test servers) may share one Redis.
+WORKERS = env_int("SANDSTORM_WORKERS", 1, minimum=1, maximum=64)
+WORKER = env_int("SANDSTORM_WORKER", 1, minimum=1, maximum=WORKERS)
+REDIS_URL = env_redis_url("SANDSTORM_REDIS_URL")
+REDIS_PREFIX = env_str("SANDSTORM_REDIS_PREFIX", "sandstorm")
+if WORKERS > 1 and not (_database_url and REDIS_URL):
+    raise ImproperlyConfigured(
+        f"SANDSTORM_WORKERS={WORKERS} needs DATABASE_URL (PostgreSQL) and SANDSTORM_REDIS_URL: several workers "
+        "share their database, limits and channel layer (docs/scaling.md); SQLite serves one worker"
+    )
+
 # --- Channels ----------------------------------------------------------------------------------------------------
-# The console's live view and approval cards (mcpserver/live, mcpserver/approvals) travel over a channel layer:
-# one process uses the in-memory layer.
-CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+# The console's live view and approval cards (mcpserver/live, mcpserver/approvals) travel over a channel layer: the
+# in-memory one within one process, Redis's between workers.
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL], "prefix": f"{REDIS_PREFIX}:layer"},
+    }
+    if REDIS_URL
+    else {"BACKEND": "channels.layers.InMemoryChannelLayer"}
+}
 
 # --- e-mail ------------------------------------------------------------------------------------------------------
 # Approval requests can be mailed to SANDSTORM_APPROVAL_EMAIL through Django's e-mail backend (SMTP settings below).

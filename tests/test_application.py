@@ -95,10 +95,10 @@ def test_two_applications_built_with_different_settings_get_different_limits() -
 
 def test_each_application_answers_by_its_own_rate_limit() -> None:
     strict, lenient = built(STRICT), built(LENIENT)
-    assert strict.services.rate_limiter.check(PRINCIPAL.key) == 0  # its one request of the minute
-    assert lenient.services.rate_limiter.check(PRINCIPAL.key) == 0
+    assert asyncio.run(strict.services.rate_limiter.admit(PRINCIPAL.key)) == 0  # its one request of the minute
+    assert asyncio.run(lenient.services.rate_limiter.admit(PRINCIPAL.key)) == 0
     assert get_mcp(strict) == 429
-    assert lenient.services.rate_limiter.check(PRINCIPAL.key) == 0  # the other application's limit is untouched
+    assert asyncio.run(lenient.services.rate_limiter.admit(PRINCIPAL.key)) == 0  # the other's limit is untouched
 
 
 def test_the_services_of_the_last_application_built_are_the_running_ones() -> None:

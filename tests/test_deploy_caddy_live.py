@@ -56,14 +56,14 @@ def server_on_socket(root: Path, public_url: str) -> Iterator[tuple[LiveServer, 
     root.mkdir(parents=True, exist_ok=True)
     with executor_on_socket(root, root / "workspace") as (_, executor_socket):
         server = make_server(root, SANDSTORM_PUBLIC_URL=public_url, SANDSTORM_EXECUTOR_SOCKET=str(executor_socket))
-        with _daphne_on_socket(server, root) as socket:
+        with daphne_on_socket(server, root / "run" / "worker-1.sock") as socket:
             yield server, socket
 
 
 @contextlib.contextmanager
-def _daphne_on_socket(server: LiveServer, root: Path) -> Iterator[Path]:
-    socket = root / "run" / "daphne.sock"
-    socket.parent.mkdir(parents=True)
+def daphne_on_socket(server: LiveServer, socket: Path) -> Iterator[Path]:
+    """`manage.py serve` on a Unix socket of its own (production: the worker's socket unit holds it)."""
+    socket.parent.mkdir(parents=True, exist_ok=True)
     server.manage("bootstrap")
     with server.log_path.open("ab") as log:
         process = server.process = subprocess.Popen(
@@ -82,11 +82,13 @@ def _daphne_on_socket(server: LiveServer, root: Path) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def caddy_in_front(tmp_path: Path, socket: Path, port: int) -> Iterator[Path]:
-    site = rendered_caddyfile(tmp_path, site=f"http://127.0.0.1:{port}", max_bytes=str(SITE_LIMIT))
-    site.write_text(site.read_text().replace("unix//run/sandstorm-mcp/daphne.sock", f"unix/{socket}"))
+def caddy_in_front(tmp_path: Path, run_dir: Path, port: int, workers: int = 1) -> Iterator[Path]:
+    """Debian's Caddy serving the installer's site (deploy/Caddyfile) for the workers' sockets in `run_dir`."""
+    site = rendered_caddyfile(
+        tmp_path, site=f"http://127.0.0.1:{port}", max_bytes=str(SITE_LIMIT), run_dir=str(run_dir), workers=workers
+    )
     main = tmp_path / "main.Caddyfile"
-    main.write_text(f"{{\n\tadmin off\n}}\nimport {site}\n")
+    main.write_text(f"{{\n\tadmin off\n\tgrace_period 5s\n}}\nimport {site}\n")
     log_path = tmp_path / "caddy.log"
     caddy = shutil.which("caddy")
     assert caddy, "caddy is not installed (.ci/run installs it)"
@@ -103,7 +105,11 @@ def caddy_in_front(tmp_path: Path, socket: Path, port: int) -> Iterator[Path]:
         yield log_path
     finally:
         process.terminate()
-        process.wait(10)
+        try:
+            process.wait(15)  # grace_period: connections a failed test left open are closed after it
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def _answers(port: int) -> bool:
@@ -118,7 +124,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer
     root = tmp_path_factory.mktemp("caddy")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    with server_on_socket(root / "server", url) as (server, socket), caddy_in_front(root, socket, port) as caddy_log:
+    with (
+        server_on_socket(root / "server", url) as (server, socket),
+        caddy_in_front(root, socket.parent, port) as caddy_log,
+    ):
         yield server, url, caddy_log
 
 

@@ -165,8 +165,9 @@ def test_the_service_serves_the_socket_systemd_holds_where_caddy_proxies() -> No
     # systemd re-owns a RuntimeDirectory= to the unit's user and group at every start: it must not hold the socket.
     assert not any(key.startswith("RuntimeDirectory") for key in unit) and "ExecStartPre" not in unit
     socket = directives(SERVER_SOCKET_UNIT)
-    assert socket["ListenStream"] == ["@RUN_DIR@/daphne.sock"] and socket["WantedBy"] == ["sockets.target"]
-    assert "reverse_proxy unix/@RUN_DIR@/daphne.sock {" in (DEPLOY / "Caddyfile").read_text()
+    assert socket["ListenStream"] == ["@RUN_DIR@/worker-1.sock"] and socket["WantedBy"] == ["sockets.target"]
+    site = (DEPLOY / "Caddyfile").read_text()
+    assert "reverse_proxy @UPSTREAMS@ {" in site and "reverse_proxy unix/@RUN_DIR@/worker-{re.worker.1}.sock {" in site
     rule = (DEPLOY / "systemd" / "tmpfiles.conf").read_text().splitlines()
     assert [line for line in rule if line and not line.startswith("#")] == [
         "d @RUN_DIR@ 0750 @SERVICE_USER@ @CADDY_GROUP@ -"
@@ -297,14 +298,26 @@ def test_the_sudoers_rule_allows_only_the_package_manager() -> None:
 # --- Caddy ---------------------------------------------------------------------------------------------------------
 
 
-def rendered_caddyfile(tmp_path: Path, site: str = "mcp.example.com", max_bytes: str = "4194304") -> Path:
+def caddy_workers(run_dir: str, workers: int) -> dict[str, str]:
+    """The installer's values for the workers' part of the site (deploy/install.sh, render_caddy_site)."""
+    numbers = range(1, workers + 1)
+    return {
+        "RUN_DIR": run_dir,
+        "WORKER_NUMBERS": "|".join(str(number) for number in numbers),
+        "UPSTREAMS": " ".join(f"unix/{run_dir}/worker-{number}.sock" for number in numbers),
+    }
+
+
+def rendered_caddyfile(
+    tmp_path: Path,
+    site: str = "mcp.example.com",
+    max_bytes: str = "4194304",
+    run_dir: str = "/run/sandstorm-mcp",
+    workers: int = 1,
+) -> Path:
     path = tmp_path / "Caddyfile"
-    path.write_text(
-        render(
-            DEPLOY / "Caddyfile",
-            {"SITE_ADDRESS": site, "MAX_REQUEST_BYTES": max_bytes, "RUN_DIR": "/run/sandstorm-mcp"},
-        )
-    )
+    values = {"SITE_ADDRESS": site, "MAX_REQUEST_BYTES": max_bytes, **caddy_workers(run_dir, workers)}
+    path.write_text(render(DEPLOY / "Caddyfile", values))
     return path
 
 
@@ -364,14 +377,19 @@ def handlers(config: dict[str, object]) -> list[dict[str, object]]:
 def test_the_proxy_streams_waits_out_the_longest_tool_and_limits_bodies(tmp_path: Path) -> None:
     config = adapted(tmp_path)
     by_kind = {h["handler"]: h for h in handlers(config)}
-    proxy = by_kind["reverse_proxy"]
-    assert proxy["flush_interval"] == -1
-    assert proxy["upstreams"] == [{"dial": "unix//run/sandstorm-mcp/daphne.sock"}]
-    transport = proxy["transport"]
-    assert isinstance(transport, dict)
-    for timeout in ("read_timeout", "write_timeout"):
-        assert transport[timeout] > LONGEST_TOOL_TIMEOUT_S * 1_000_000_000
-    assert "headers" not in proxy  # nothing added or removed: Mcp-Session-Id and Mcp-Protocol-Version pass as sent
+    proxies = [handler for handler in handlers(config) if handler["handler"] == "reverse_proxy"]
+    # Sessions to the worker named in their id; everything else over all workers (here the one).
+    assert [proxy["upstreams"] for proxy in proxies] == [
+        [{"dial": "unix//run/sandstorm-mcp/worker-{http.regexp.worker.1}.sock"}],
+        [{"dial": "unix//run/sandstorm-mcp/worker-1.sock"}],
+    ]
+    for proxy in proxies:
+        assert proxy["flush_interval"] == -1
+        transport = proxy["transport"]
+        assert isinstance(transport, dict)
+        for timeout in ("read_timeout", "write_timeout"):
+            assert transport[timeout] > LONGEST_TOOL_TIMEOUT_S * 1_000_000_000
+        assert "headers" not in proxy  # nothing added or removed: Mcp-Session-Id, Mcp-Protocol-Version pass as sent
     assert by_kind["request_body"]["max_size"] == 4194304
     assert "encode" not in by_kind  # compression would buffer event streams
     security = by_kind["headers"]["response"]

@@ -273,7 +273,7 @@ if "--resolve" in args:
     for option in ("--resolve", "--cacert"):
         at = args.index(option)
         del args[at:at + 2]
-    args = ["--unix-socket", os.path.join(os.environ["SANDSTORM_PREFIX"], "run/sandstorm-mcp/daphne.sock")] + [
+    args = ["--unix-socket", os.path.join(os.environ["SANDSTORM_PREFIX"], "run/sandstorm-mcp/worker-1.sock")] + [
         "http://" + a[len("https://"):] if a.startswith("https://") else a for a in args
     ]
 os.execv("/usr/bin/curl", ["curl", *args])
@@ -499,7 +499,7 @@ def test_first_install_smoke_tests_the_server_through_caddy_and_as_caddys_user(
 ) -> None:
     host, result = installed
     for line in (
-        f"{host.prefix}/run/sandstorm-mcp/daphne.sock: caddy connects (200)",
+        f"{host.prefix}/run/sandstorm-mcp/worker-1.sock: caddy connects (200)",
         f"https://{DOMAIN}/health: 200, tools run by the executor as {AGENT}",
         "/mcp without a token: 401 with WWW-Authenticate",
         "/mcp initialize with a token: 200",
@@ -571,7 +571,7 @@ def test_files_owners_and_modes(installed: tuple[Host, subprocess.CompletedProce
     assert (
         site.startswith("# Sandstorm")
         and f"\n{DOMAIN} {{\n" in site
-        and f"unix/{p}/run/sandstorm-mcp/daphne.sock" in site
+        and f"unix/{p}/run/sandstorm-mcp/worker-1.sock" in site
     )
     assert (p / "etc/caddy/Caddyfile").read_text().splitlines()[-1] == "import sandstorm-mcp.caddy"
     assert not (p / "etc/sudoers.d/sandstorm-mcp").exists()
@@ -635,7 +635,7 @@ def test_the_running_server_reaches_the_executor_running_as_the_agent(
             "curl",
             "--silent",
             "--unix-socket",
-            f"{host.prefix}/run/sandstorm-mcp/daphne.sock",
+            f"{host.prefix}/run/sandstorm-mcp/worker-1.sock",
             f"http://{DOMAIN}/health",
         ],
         capture_output=True,

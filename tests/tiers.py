@@ -11,7 +11,7 @@ from __future__ import annotations
 TIERS = ("unit", "inprocess", "live")
 # Fixtures that make a test live (they start servers or a browser), and those that make it in-process.
 LIVE_FIXTURES = frozenset(
-    {"live_server", "oauth_server", "browser", "admin_page", "tool_token", "tools_client", "workspace_dir"}
+    {"live_server", "oauth_server", "browser", "admin_page", "tool_token", "tools_client", "workspace_dir", "redis_url"}
 )
 INPROCESS_FIXTURES = frozenset({"mcp_app"})
 
