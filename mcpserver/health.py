@@ -6,8 +6,10 @@ import logging
 import os
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
+from redis.exceptions import RedisError
 
 from mcpserver.executor.interface import ExecutorError
 from mcpserver.process import sandstorm_version, uptime_seconds
@@ -47,10 +49,23 @@ async def executor_status(services: Services) -> dict[str, Any]:
     }
 
 
+async def redis_error(services: Services) -> str | None:
+    """Why the Redis the workers share does not answer, or None (also where there is none)."""
+    if services.redis is None:
+        return None
+    try:
+        await services.redis.ping()
+    except RedisError as error:
+        logger.error("health: Redis does not answer: %s", error)
+        return "Redis does not answer; requests are refused until it is back"
+    return None
+
+
 @require_GET
 async def health(request: HttpRequest) -> JsonResponse:
-    """200 when the server can run tools; 503 when the executor does not answer, the audit log is full or the
-    database cannot be read (calls fail until it is back, until an admin makes room, or until it is restored).
+    """200 when the server can run tools; 503 when the executor does not answer, the audit log is full, the
+    database cannot be read or the workers' Redis does not answer (calls fail until it is back, until an admin makes
+    room, or until it is restored).
 
     Async: no thread hop, and the executor is asked over the same kept connections tool calls use. The services are
     those of the /mcp application built in this process (mcpserver.application).
@@ -60,7 +75,8 @@ async def health(request: HttpRequest) -> JsonResponse:
     budget = await services.audit_budget.state()  # a cached measure: no query on most requests
     audit_full = budget is not None and budget.full
     database_error = await services.database.error()  # a cached verdict: no query on most requests
-    ok = executor["ok"] and not audit_full and database_error is None
+    shared_error = await redis_error(services)
+    ok = executor["ok"] and not audit_full and database_error is None and shared_error is None
     return JsonResponse(
         {
             "ok": ok,
@@ -68,6 +84,9 @@ async def health(request: HttpRequest) -> JsonResponse:
             "database": {"ok": True} if database_error is None else {"ok": False, "error": database_error},
             # The audit log's size against SANDSTORM_AUDIT_MAX_BYTES (null: no budget); full: tool calls are refused.
             "audit_log": budget.as_json() if budget is not None else None,
+            # Several workers (docs/scaling.md): which one answered, and whether the Redis they share answers.
+            "worker": settings.WORKER,
+            "redis": None if services.redis is None else {"ok": shared_error is None, "error": shared_error},
             "version": sandstorm_version(),
             "uptime_seconds": round(uptime_seconds(), 1),
             "cores": os.cpu_count(),

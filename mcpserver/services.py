@@ -34,6 +34,8 @@ class Services:
     sessions: SessionLedger
     # Whether the database answers what /mcp needs (for /health; the /mcp error layer marks it failed at once).
     database: DatabaseHealth
+    # Where several workers count their limits together (SANDSTORM_REDIS_URL), for /health; None: this process alone.
+    redis: Redis | None = None
 
 
 def build_executor() -> tuple[RemoteExecutor, ExecutorChild | None]:
@@ -86,6 +88,7 @@ def build_services() -> Services:
         audit_budget=AuditBudget(settings.AUDIT_MAX_BYTES),
         sessions=build_session_ledger(redis),
         database=DatabaseHealth(),
+        redis=redis,
     )
 
 

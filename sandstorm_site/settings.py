@@ -341,7 +341,8 @@ if WORKERS > 1 and not (_database_url and REDIS_URL):
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": f"{REDIS_PREFIX}:layer"},
+        # A read timeout longer than the layer's blocking receive (5 s), which redis-py's default (5 s) is not.
+        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15}], "prefix": f"{REDIS_PREFIX}:layer"},
     }
     if REDIS_URL
     else {"BACKEND": "channels.layers.InMemoryChannelLayer"}

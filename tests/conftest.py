@@ -112,8 +112,8 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One redis-server for the session (tests/redis_server.py); tests keep apart by key prefix."""
     from tests.redis_server import running_redis
 
-    with running_redis(tmp_path_factory.mktemp("redis")) as url:
-        yield url
+    with running_redis(tmp_path_factory.mktemp("redis")) as server:
+        yield server.url
 
 
 @pytest.fixture(scope="session")

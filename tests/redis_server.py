@@ -10,6 +10,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from tests import tiers
@@ -19,9 +20,20 @@ def unique_prefix() -> str:
     return f"sandstorm-test-{secrets.token_hex(4)}"
 
 
+@dataclass
+class RedisServer:
+    url: str  # unix:///...
+    process: subprocess.Popen[bytes]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+
+
 @contextmanager
-def running_redis(directory: Path) -> Iterator[str]:
-    """Start redis-server; yields its unix:// URL, and stops it afterwards."""
+def running_redis(directory: Path) -> Iterator[RedisServer]:
+    """Start redis-server; yields it (its unix:// URL), and stops it afterwards."""
     tiers.require("live", "starts redis-server")
     binary = shutil.which("redis-server")
     if binary is None:
@@ -42,10 +54,10 @@ def running_redis(directory: Path) -> Iterator[str]:
                 )
                 raise AssertionError(f"redis-server did not start: {log[-2000:]}")
             time.sleep(0.02)
-        yield f"unix://{path}"
+        server = RedisServer(f"unix://{path}", process)
+        yield server
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        RedisServer("", process).stop()
 
 
 def _answers(path: Path) -> bool:

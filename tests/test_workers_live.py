@@ -43,7 +43,7 @@ from tests.live import (
     make_server,
     text_of,
 )
-from tests.redis_server import unique_prefix
+from tests.redis_server import RedisServer, running_redis, unique_prefix
 from tests.test_deploy_caddy_live import caddy_in_front, daphne_on_socket, executor_on_socket
 
 pytestmark = [pytest.mark.live, pytest.mark.anyio, requires_postgres]
@@ -59,6 +59,7 @@ T = TypeVar("T")
 class Workers:
     url: str  # Caddy's
     servers: list[LiveServer]  # worker 1 and worker 2, by number
+    redis: RedisServer  # theirs alone: the last test stops it
 
     @property
     def first(self) -> LiveServer:
@@ -78,7 +79,7 @@ class Workers:
 
 
 @pytest.fixture(scope="module")
-def workers(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[Workers]:
+def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
     root = tmp_path_factory.mktemp("workers")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -87,12 +88,14 @@ def workers(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterato
     workspace.mkdir()
     with contextlib.ExitStack() as stack:
         _, executor_socket = stack.enter_context(executor_on_socket(root, workspace))
+        (root / "redis").mkdir()
+        redis = stack.enter_context(running_redis(root / "redis"))
         common = {
             "SANDSTORM_PUBLIC_URL": url,
             "SANDSTORM_EXECUTOR_SOCKET": str(executor_socket),
             "SANDSTORM_WORKSPACE_ROOT": str(workspace),
             "SANDSTORM_WORKERS": "2",
-            "SANDSTORM_REDIS_URL": redis_url,
+            "SANDSTORM_REDIS_URL": redis.url,
             "SANDSTORM_REDIS_PREFIX": unique_prefix(),
             "SANDSTORM_RATE_LIMIT": str(RATE_LIMIT),
             "SANDSTORM_MAX_CONCURRENT_CALLS": str(CONCURRENT),
@@ -119,7 +122,7 @@ def workers(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterato
         policy = root / "policy.json"
         policy.write_text(json.dumps(POLICY))
         first.manage("policy_load", str(policy))
-        yield Workers(url, [first, second])
+        yield Workers(url, [first, second], redis)
 
 
 @contextlib.asynccontextmanager
@@ -365,11 +368,11 @@ def console(browser: Browser, workers: Workers) -> Iterator[Page]:
 def call_on(
     pool: ThreadPoolExecutor, workers: Workers, token: str, worker: int, command: str
 ) -> Future[CallToolResult | BaseException]:
-    """`terminal_exec command` in a session held by `worker`, in a thread (Playwright's sync API holds this one)."""
+    """`terminal_exec command` in a session of `worker` (straight to it: the page is what goes through Caddy here), in
+    a thread (Playwright's sync API holds this one)."""
 
     async def call() -> CallToolResult | BaseException:
-        async with AsyncExitStack() as stack:
-            client = await session_on(stack, workers.url, token, worker)
+        async with session_direct(workers, token, worker) as client:
             try:
                 return await client.call_tool("terminal_exec", {"command": command, "timeout": 290})
             except MCPError as error:  # a stopped call may end in an error the client raises
@@ -426,3 +429,25 @@ def test_approval_cards_and_running_calls_of_both_workers_show_and_are_decided_o
             result = wait_until(console, done(future), what=f"the stopped call on worker {worker}")
             assert not isinstance(result, CallToolResult) or result.is_error, result
             assert not live_pids_with(sleepers[worker])
+
+
+# --- last: without Redis -------------------------------------------------------------------------------------------
+
+
+def test_without_redis_health_says_so_and_requests_are_refused_not_let_past_the_limits(workers: Workers) -> None:
+    for number in (1, 2):
+        with workers.direct(number) as worker:
+            health = worker.get("/health").json()
+        assert health["worker"] == number and health["redis"] == {"ok": True, "error": None}
+    workers.redis.stop()
+    headers = {**MCP_HEADERS, **auth_headers(workers.new_token("no-redis")), "Mcp-Protocol-Version": "2025-11-25"}
+    for number in (1, 2):
+        with workers.direct(number) as worker:
+            health = worker.get("/health")
+            assert health.status_code == 503
+            assert health.json()["redis"] == {
+                "ok": False,
+                "error": "Redis does not answer; requests are refused until it is back",
+            }
+            refused = worker.post("/mcp", json=INITIALIZE, headers=headers)
+        assert refused.status_code == 503 and refused.json()["error"] == "temporarily_unavailable"
