@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install or upgrade Sandstorm on a Debian or Ubuntu host: Daphne under systemd, behind Caddy with automatic HTTPS.
 #
-#   SANDSTORM_DOMAIN=mcp.example.com bash deploy/install.sh [--dry-run] [--agent-sudo]
+#   SANDSTORM_DOMAIN=mcp.example.com bash deploy/install.sh [--dry-run] [--agent-sudo] [--workers N]
 #
 # Run it from a git checkout, as root or as a user who can use sudo. Re-running it after `git pull` is the upgrade:
 # it changes only what is not already right, keeps data and secrets, and updates code, dependencies and the
@@ -10,7 +10,7 @@ set -euo pipefail
 
 usage() {
     cat <<'EOF'
-Usage: SANDSTORM_DOMAIN=mcp.example.com bash deploy/install.sh [--dry-run] [--agent-sudo]
+Usage: SANDSTORM_DOMAIN=mcp.example.com bash deploy/install.sh [--dry-run] [--agent-sudo] [--workers N]
 
 Installs or upgrades Sandstorm: packages, the `sandstorm` and agent users, the code in /opt/sandstorm-mcp, the
 configuration /etc/sandstorm-mcp.env (written once, never overwritten), the systemd services (the server, as
@@ -20,6 +20,9 @@ migrates the database and smoke-tests the server.
   --dry-run     print what would be done, change nothing
   --agent-sudo  let tools install distribution packages (workspace_install with apt) through sudo; this lets
                 whoever holds a full-scope token become root. A later run without it removes that permission.
+  --workers N   run N server processes behind Caddy (docs/scaling.md); more than one need PostgreSQL
+                (DATABASE_URL in the env file) and Redis (SANDSTORM_REDIS_URL there, or else Debian's
+                redis-server run as a service of Sandstorm's own). A later run without it keeps the number.
 
 Environment: SANDSTORM_DOMAIN (required), SANDSTORM_AGENT_USER (default sandstorm-agent),
 SANDSTORM_ADMIN_PASSWORD (first install only; default: generated and printed once),
@@ -52,6 +55,13 @@ ENV_FILE="$PREFIX/etc/$SERVICE.env"
 EXECUTOR_ENV_FILE="$PREFIX/etc/$EXECUTOR.env"
 RUN_DIR="$PREFIX/run/$SERVICE"
 SOCKET="$RUN_DIR/worker-1.sock"  # systemd's (sandstorm-mcp.socket), handed to Daphne: worker 1's
+# Workers 2..N (--workers): instances of a template unit, each on RUN_DIR/worker-N.sock, part of $SERVICE.service.
+WORKER_UNIT="$SERVICE-worker"
+MAX_WORKERS=64
+# Redis of Sandstorm's own, for several workers when the env file names none: a Unix socket only the server's user
+# may reach, nothing kept on disk.
+REDIS_UNIT="$SERVICE-redis"
+REDIS_RUN_DIR="$PREFIX/run/$REDIS_UNIT"
 # The directory of the executor's socket (systemd's: sandstorm-mcp-executor.socket); the server's unit, the
 # maintenance units and sandstorm-manage point at the socket in it.
 EXECUTOR_RUN_DIR="$PREFIX/run/$EXECUTOR"
@@ -82,6 +92,9 @@ DEFAULT_MEMORY_MAX=85%
 
 DRY_RUN=0
 AGENT_SUDO=0
+WORKERS=""       # --workers N; else the number the installed units run (1 on a first install)
+OWN_REDIS=0      # several workers and no SANDSTORM_REDIS_URL in the env file
+UNIT_REDIS_URL=""
 SUDO=()
 # What this run changed, to restart or reload only what needs it.
 CHANGED_CODE=0
@@ -90,6 +103,7 @@ CHANGED_CONFIG=0
 CHANGED_CADDY=0
 CHANGED_SOCKET=0
 CHANGED_SERVER_SOCKET=0
+CHANGED_REDIS=0
 FIRST_INSTALL=0
 
 say() { printf '==> %s\n' "$*"; }
@@ -119,18 +133,27 @@ as_root() {
 }
 
 parse_args() {
-    local arg
-    for arg in "$@"; do
-        case "$arg" in
+    while [ $# -gt 0 ]; do
+        case "$1" in
             --dry-run) DRY_RUN=1 ;;
             --agent-sudo) AGENT_SUDO=1 ;;
+            --workers)
+                [ $# -ge 2 ] || die "--workers needs a number (see --help)"
+                WORKERS="$2"
+                shift
+                ;;
+            --workers=*) WORKERS="${1#--workers=}" ;;
             -h | --help)
                 usage
                 exit 0
                 ;;
-            *) die "unknown option '$arg' (see --help)" ;;
+            *) die "unknown option '$1' (see --help)" ;;
         esac
+        shift
     done
+    if [ -n "$WORKERS" ] && ! { [[ "$WORKERS" =~ ^[1-9][0-9]*$ ]] && [ "$WORKERS" -le "$MAX_WORKERS" ]; }; then
+        die "--workers must be a number from 1 to $MAX_WORKERS, not '$WORKERS'"
+    fi
 }
 
 # --- refusals: each says what to do ----------------------------------------------------------------------------
@@ -213,13 +236,27 @@ render() {
     text="${text//@CADDY_GROUP@/$CADDY_GROUP}"
     text="${text//@SITE_ADDRESS@/$DOMAIN}"
     text="${text//@MAX_REQUEST_BYTES@/$MAX_REQUEST_BYTES}"
-    # The workers Caddy balances over and routes sessions to (one: docs/scaling.md).
-    text="${text//@WORKER_NUMBERS@/1}"
-    text="${text//@UPSTREAMS@/unix/$SOCKET}"
+    # The workers Caddy balances over and routes sessions to (docs/scaling.md), and the worker a unit runs.
+    text="${text//@WORKER_NUMBERS@/$(seq -s '|' 1 "${WORKERS:-1}")}"
+    text="${text//@UPSTREAMS@/$(upstreams)}"
+    text="${text//@WORKERS@/${WORKERS:-1}}"
+    text="${text//@WORKER@/${WORKER:-1}}"
+    text="${text//@SOCKET_UNIT@/${SOCKET_UNIT:-$SERVICE.socket}}"
+    text="${text//@REDIS_URL@/$UNIT_REDIS_URL}"
+    text="${text//@REDIS_RUN_DIR@/$REDIS_RUN_DIR}"
     text="${text//@TASKS_MAX@/${TASKS_MAX:-}}"
     text="${text//@MEMORY_HIGH@/${MEMORY_HIGH:-}}"
     text="${text//@MEMORY_MAX@/${MEMORY_MAX:-}}"
     printf '%s\n' "$text"
+}
+
+worker_socket() { printf '%s/worker-%s.sock' "$RUN_DIR" "$1"; }
+
+upstreams() {
+    local number
+    for number in $(seq 1 "${WORKERS:-1}"); do
+        printf 'unix/%s ' "$(worker_socket "$number")"
+    done | sed 's/ $//'
 }
 
 # Install the content of SOURCE at DEST with MODE and OWNER, only if it differs (content or mode): an unchanged
@@ -464,6 +501,67 @@ check_env_file() {
 }
 
 # A systemd value for a limit: a number (with K, M, G or T for memory), a percentage, or "infinity".
+# How many workers, and the Redis they share (docs/scaling.md): after the env file, before anything of theirs.
+plan_workers() {
+    [ -n "$WORKERS" ] || WORKERS="$(installed_workers)"
+    say "Workers: $WORKERS"
+    [ "$WORKERS" -gt 1 ] || return 0
+    env_file_value DATABASE_URL >/dev/null ||
+        die "$WORKERS workers need PostgreSQL: set DATABASE_URL in $ENV_FILE (docs/operations.md, PostgreSQL), then rerun"
+    if env_file_value SANDSTORM_REDIS_URL >/dev/null; then
+        note "Redis: SANDSTORM_REDIS_URL from $ENV_FILE"
+        return 0
+    fi
+    OWN_REDIS=1
+    UNIT_REDIS_URL="unix://$REDIS_RUN_DIR/redis.sock"
+    note "Redis: $REDIS_UNIT.service, on $REDIS_RUN_DIR/redis.sock (the server's user alone), nothing kept on disk"
+    if [ "$(dpkg-query -W -f='${db:Status-Status}' redis-server 2>/dev/null || true)" != installed ]; then
+        run apt-get update -qq
+        run env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server
+        # The package starts a Redis of its own on 127.0.0.1:6379, which every local user (an agent too) may use.
+        run systemctl disable --now redis-server.service
+    fi
+}
+
+# The number of workers the installed units run (1 before any).
+installed_workers() {
+    local line
+    line="$(as_root grep -E '^Environment=SANDSTORM_WORKERS=' "$UNIT_DIR/$SERVICE.service" 2>/dev/null | tail -n 1 || true)"
+    line="${line#Environment=SANDSTORM_WORKERS=}"
+    if [[ "$line" =~ ^[1-9][0-9]*$ ]]; then printf '%s\n' "$line"; else echo 1; fi
+}
+
+# The numbers of the enabled worker instances (2..N).
+worker_instances() {
+    as_root find "$UNIT_DIR" -path '*.wants/*' -name "$WORKER_UNIT@*" -printf '%f\n' 2>/dev/null |
+        sed -nE "s/^$WORKER_UNIT@([0-9]+)\..*/\1/p" | sort -un
+}
+
+# Worker 1 is $SERVICE.service on $SERVICE.socket; worker N an instance of the template.
+worker_service() { if [ "$1" -eq 1 ]; then echo "$SERVICE.service"; else echo "$WORKER_UNIT@$1.service"; fi; }
+worker_socket_unit() { if [ "$1" -eq 1 ]; then echo "$SERVICE.socket"; else echo "$WORKER_UNIT@$1.socket"; fi; }
+
+# Fewer workers than before, or no Redis of our own any more: stop and remove what is no longer wanted.
+retire_extra_units() {
+    local number
+    for number in $(worker_instances); do
+        [ "$number" -gt "$WORKERS" ] || continue
+        run systemctl disable --now "$(worker_service "$number")" "$(worker_socket_unit "$number")"
+        CHANGED_UNITS=1
+    done
+    if [ "$WORKERS" -eq 1 ]; then
+        if remove_file "$UNIT_DIR/$WORKER_UNIT@.service"; then CHANGED_UNITS=1; fi
+        if remove_file "$UNIT_DIR/$WORKER_UNIT@.socket"; then CHANGED_UNITS=1; fi
+        if remove_file "$UNIT_DIR/$WORKER_UNIT@.service.d/worker.conf"; then CHANGED_UNITS=1; fi
+    fi
+    if [ "$OWN_REDIS" -eq 0 ] && as_root test -e "$UNIT_DIR/$REDIS_UNIT.service"; then
+        run systemctl disable --now "$REDIS_UNIT.service"
+        remove_file "$UNIT_DIR/$REDIS_UNIT.service" || true
+        CHANGED_UNITS=1
+    fi
+    return 0
+}
+
 valid_limit() {
     local kind="$1" value="$2"
     [ "$value" = infinity ] && return 0
@@ -541,6 +639,7 @@ show_bootstrap_output() {
 install_units() {
     say "systemd units"
     local template
+    retire_extra_units
     if put_rendered "$REPO/deploy/$EXECUTOR.socket" "$UNIT_DIR/$EXECUTOR.socket" 0644 root:root; then
         CHANGED_UNITS=1
         CHANGED_SOCKET=1
@@ -552,6 +651,22 @@ install_units() {
         CHANGED_SERVER_SOCKET=1
     fi
     put_rendered "$REPO/deploy/sandstorm-mcp.service" "$UNIT_DIR/$SERVICE.service" 0644 root:root && CHANGED_UNITS=1
+    if [ "$WORKERS" -gt 1 ]; then
+        # The same units as a template for workers 2..N (`%i`: the instance's number), part of $SERVICE.service.
+        WORKER=%i SOCKET_UNIT="$WORKER_UNIT@%i.socket"
+        if put_rendered "$REPO/deploy/$SERVICE.socket" "$UNIT_DIR/$WORKER_UNIT@.socket" 0644 root:root; then
+            CHANGED_UNITS=1
+            CHANGED_SERVER_SOCKET=1
+        fi
+        put_rendered "$REPO/deploy/sandstorm-mcp.service" "$UNIT_DIR/$WORKER_UNIT@.service" 0644 root:root && CHANGED_UNITS=1
+        put_rendered "$REPO/deploy/systemd/worker.conf" "$UNIT_DIR/$WORKER_UNIT@.service.d/worker.conf" 0644 root:root &&
+            CHANGED_UNITS=1
+        WORKER=1 SOCKET_UNIT="$SERVICE.socket"
+    fi
+    if [ "$OWN_REDIS" -eq 1 ] && put_rendered "$REPO/deploy/$REDIS_UNIT.service" "$UNIT_DIR/$REDIS_UNIT.service" 0644 root:root; then
+        CHANGED_UNITS=1
+        CHANGED_REDIS=1
+    fi
     put_rendered "$REPO/deploy/systemd/executor-limits.conf" "$LIMITS_DROP_IN" 0644 root:root && CHANGED_UNITS=1
     for template in "$REPO"/deploy/systemd/*.service "$REPO"/deploy/systemd/*.timer; do
         put_rendered "$template" "$UNIT_DIR/$(basename "$template")" 0644 root:root && CHANGED_UNITS=1
@@ -592,8 +707,14 @@ enable_units() {
     local timer
     unit_enabled "$EXECUTOR.socket" || run systemctl enable "$EXECUTOR.socket"
     unit_enabled "$EXECUTOR.service" || run systemctl enable "$EXECUTOR.service"
-    unit_enabled "$SERVICE.socket" || run systemctl enable "$SERVICE.socket"
-    unit_enabled "$SERVICE.service" || run systemctl enable "$SERVICE.service"
+    local number
+    for number in $(seq 1 "$WORKERS"); do
+        unit_enabled "$(worker_socket_unit "$number")" || run systemctl enable "$(worker_socket_unit "$number")"
+        unit_enabled "$(worker_service "$number")" || run systemctl enable "$(worker_service "$number")"
+    done
+    if [ "$OWN_REDIS" -eq 1 ]; then
+        unit_enabled "$REDIS_UNIT.service" || run systemctl enable "$REDIS_UNIT.service"
+    fi
     for timer in backup cleartokens prune-clients prune-output; do
         unit_enabled "$SERVICE-$timer.timer" || run systemctl enable --now "$SERVICE-$timer.timer"
     done
@@ -614,10 +735,14 @@ stop_for_upgrade() {
         say "Stopping the server for the upgrade (running tool calls are finished or recorded as cancelled)"
         run systemctl stop "$SERVICE.service"
     fi
-    # Its socket too, or the next request through Caddy would start the server again on half-installed code.
-    if unit_active "$SERVICE.socket"; then
-        run systemctl stop "$SERVICE.socket"
-    fi
+    # The other workers stop with it (PartOf=). The sockets too, or the next request through Caddy would start a
+    # worker again on half-installed code.
+    local number
+    for number in $(seq 1 "$WORKERS") $(worker_instances); do
+        if unit_active "$(worker_socket_unit "$number")"; then
+            run systemctl stop "$(worker_socket_unit "$number")"
+        fi
+    done
     if unit_active "$EXECUTOR.service"; then
         say "Stopping the tool executor for the upgrade (background processes keep running)"
         run systemctl stop "$EXECUTOR.service"
@@ -639,15 +764,22 @@ start_service() {
         run systemctl start "$EXECUTOR.socket"
     fi
     start_or_restart "$EXECUTOR.service" $((CHANGED_CODE + CHANGED_UNITS))
-    # Daphne's socket likewise: the server stops first, so the socket restarts without a service holding it.
-    if [ "$CHANGED_SERVER_SOCKET" -eq 1 ] || ! unit_active "$SERVICE.socket"; then
-        if unit_active "$SERVICE.service"; then
-            run systemctl stop "$SERVICE.service"
-        fi
-        run systemd-tmpfiles --create "$TMPFILES_CONF"
-        run systemctl restart "$SERVICE.socket"
+    if [ "$OWN_REDIS" -eq 1 ]; then
+        start_or_restart "$REDIS_UNIT.service" "$CHANGED_REDIS"
     fi
-    start_or_restart "$SERVICE.service" $((CHANGED_CODE + CHANGED_UNITS + CHANGED_CONFIG))
+    # Each worker's socket likewise: the worker stops first, so the socket restarts without a service holding it.
+    local number socket_unit
+    for number in $(seq 1 "$WORKERS"); do
+        socket_unit="$(worker_socket_unit "$number")"
+        if [ "$CHANGED_SERVER_SOCKET" -eq 1 ] || ! unit_active "$socket_unit"; then
+            if unit_active "$(worker_service "$number")"; then
+                run systemctl stop "$(worker_service "$number")"
+            fi
+            run systemd-tmpfiles --create "$TMPFILES_CONF"
+            run systemctl restart "$socket_unit"
+        fi
+        start_or_restart "$(worker_service "$number")" $((CHANGED_CODE + CHANGED_UNITS + CHANGED_CONFIG))
+    done
 }
 
 start_or_restart() {
@@ -724,6 +856,25 @@ make_ca_bundle() {
     as_root cat "$CADDY_LOCAL_ROOT" >>"$CA_BUNDLE" 2>/dev/null || true
 }
 
+# Every worker: /health on its socket answers 200, from that worker (a worker answering on another's socket would
+# be a wiring mistake), and Caddy's user may connect to it.
+check_every_worker() {
+    local number
+    for number in $(seq 1 "$WORKERS"); do
+        SOCKET="$(worker_socket "$number")"
+        wait_until_ready
+        check_worker_number "$number"
+        check_caddy_reaches_socket
+    done
+    SOCKET="$(worker_socket 1)"
+}
+
+check_worker_number() {
+    local answered
+    answered="$(http "http://$DOMAIN/health" | python3 -c 'import json, sys; print(json.load(sys.stdin).get("worker"))')"
+    [ "$answered" = "$1" ] || die "$SOCKET is answered by worker $answered, not $1: see systemctl cat $(worker_service "$1")"
+}
+
 # Until /health answers 200 on the socket, which it does only when the executor answers the server too (503 otherwise).
 wait_until_ready() {
     local deadline=$((SECONDS + READY_DEADLINE)) status
@@ -785,11 +936,10 @@ print(executor.get("mode", "?") if executor.get("ok") else "down", executor.get(
 smoke_test() {
     say "Smoke test (through Caddy: https://$DOMAIN, resolved to 127.0.0.1)"
     if [ "$DRY_RUN" -eq 1 ]; then
-        note "would check /health on $SOCKET, as root and as $CADDY_USER, then through Caddy over HTTPS: /health (and that the executor runs the tools as $AGENT_USER), /mcp without and with a token, and the OAuth protected-resource metadata"
+        note "would check /health on every worker's socket, as root and as $CADDY_USER, then through Caddy over HTTPS: /health (and that the executor runs the tools as $AGENT_USER), /mcp without and with a token, and the OAuth protected-resource metadata"
         return 0
     fi
-    wait_until_ready
-    check_caddy_reaches_socket
+    check_every_worker
     make_ca_bundle
     local status=0
     (smoke_through_caddy) || status=$?
@@ -840,6 +990,11 @@ check_initialize() {
     note "/mcp initialize with a token: 200"
 }
 
+workers_summary() {
+    [ "${WORKERS:-1}" -gt 1 ] || return 0
+    printf '  (%s workers: %s.service and %s@2..%s, restarted with it)' "$WORKERS" "$SERVICE" "$WORKER_UNIT" "$WORKERS"
+}
+
 summary() {
     [ "$DRY_RUN" -eq 1 ] && {
         say "Dry run: nothing was changed"
@@ -857,7 +1012,7 @@ Sandstorm is running at $PUBLIC_URL
   Data:             $STATE_DIR (database, secret_key, audit_key; a nightly copy in $BACKUP_DIR)
   Workspace:        $WORKSPACE  (the agent user $AGENT_USER's; tools run as $AGENT_USER in $EXECUTOR)
   Configuration:    $ENV_FILE  (tools' variables: $EXECUTOR_ENV_FILE, optional)
-  Services:         systemctl status $SERVICE $EXECUTOR
+  Services:         systemctl status $SERVICE $EXECUTOR$(workers_summary)
   Logs:             journalctl -u $SERVICE -u $EXECUTOR -f   (Caddy: journalctl -u caddy)
   Upgrade:          git pull && SANDSTORM_DOMAIN=$DOMAIN bash deploy/install.sh
 EOF
@@ -876,6 +1031,7 @@ main() {
     ensure_users
     ensure_dirs
     write_env_file
+    plan_workers
     read_executor_limits
     plan_code
     stop_for_upgrade

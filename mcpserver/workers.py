@@ -121,12 +121,8 @@ class WorkerBus:
 
     async def start(self) -> None:
         self._layer = shared()
-        if self._layer is None:
-            return
-        self._channel = await self._layer.new_channel()
-        await self._layer.group_add(GROUP, self._channel)
-        await self._layer.group_add(worker_group(settings.WORKER), self._channel)
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        if self._layer is not None:  # joined in the task: a Redis still starting does not stop the server's start
+            self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -143,6 +139,11 @@ class WorkerBus:
         assert self._layer is not None
         while True:
             try:
+                if not self._channel:
+                    channel = await self._layer.new_channel()
+                    await self._layer.group_add(GROUP, channel)
+                    await self._layer.group_add(worker_group(settings.WORKER), channel)
+                    self._channel = channel
                 message = await self._layer.receive(self._channel)
                 await self.handle(message)
             except _LAYER_ERRORS as error:

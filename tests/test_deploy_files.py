@@ -32,6 +32,7 @@ UNIT_TEMPLATES = [
     SERVER_SOCKET_UNIT,
     EXECUTOR_UNIT,
     EXECUTOR_SOCKET_UNIT,
+    DEPLOY / "sandstorm-mcp-redis.service",
     *MAINTENANCE_UNITS,
     *sorted((DEPLOY / "systemd").glob("*.timer")),
 ]
@@ -110,6 +111,11 @@ def rendered_units(tmp_path: Path) -> Path:
         "TASKS_MAX": "4096",
         "MEMORY_HIGH": "75%",
         "MEMORY_MAX": "85%",
+        "WORKER": "1",
+        "WORKERS": "1",
+        "SOCKET_UNIT": "sandstorm-mcp.socket",
+        "REDIS_URL": "",
+        "REDIS_RUN_DIR": str(tmp_path / "run-redis"),
     }
     units = tmp_path / "units"
     units.mkdir()
@@ -161,11 +167,11 @@ def test_the_service_serves_the_socket_systemd_holds_where_caddy_proxies() -> No
     """Who may connect is proven under a real systemd (tests/systemd/); here, that the files agree on the socket."""
     unit = directives(SERVER_UNIT)
     assert unit["ExecStart"] == ["@VENV@/bin/python @APP_DIR@/manage.py serve --systemd-socket"]
-    assert unit["Requires"] == ["sandstorm-mcp.socket"] and "sandstorm-mcp.socket" in unit["After"]
+    assert unit["Requires"] == ["@SOCKET_UNIT@"] and "@SOCKET_UNIT@" in unit["After"]
     # systemd re-owns a RuntimeDirectory= to the unit's user and group at every start: it must not hold the socket.
     assert not any(key.startswith("RuntimeDirectory") for key in unit) and "ExecStartPre" not in unit
     socket = directives(SERVER_SOCKET_UNIT)
-    assert socket["ListenStream"] == ["@RUN_DIR@/worker-1.sock"] and socket["WantedBy"] == ["sockets.target"]
+    assert socket["ListenStream"] == ["@RUN_DIR@/worker-@WORKER@.sock"] and socket["WantedBy"] == ["sockets.target"]
     site = (DEPLOY / "Caddyfile").read_text()
     assert "reverse_proxy @UPSTREAMS@ {" in site and "reverse_proxy unix/@RUN_DIR@/worker-{re.worker.1}.sock {" in site
     rule = (DEPLOY / "systemd" / "tmpfiles.conf").read_text().splitlines()

@@ -282,6 +282,68 @@ PY
     echo "fork flood as $AGENT: $out (TasksMax=80); /health through Caddy during it: $status; executor still active"
 }
 
+# Several workers (docs/scaling.md), as an admin sets them up on a new host: PostgreSQL first (the Debian package,
+# a role and a database), DATABASE_URL in the env file, then `install.sh --workers 2`, which installs Redis as a
+# service of Sandstorm's own. The SQLite installation's state and env file are set aside (a new host's are empty).
+check_workers() {
+    local log="$STATE/install-workers.log" number unit before
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >"$STATE/apt-pg.log" 2>&1 ||
+        fail "apt-get install postgresql: $(tail -n 3 "$STATE/apt-pg.log")"
+    wait_for 60 runuser -u postgres -- psql -qAtc 'SELECT 1' >/dev/null 2>&1 || fail "PostgreSQL did not start"
+    (cd / && runuser -u postgres -- psql -q -c "CREATE ROLE sandstorm LOGIN PASSWORD 'workers-test'" \
+        -c "CREATE DATABASE sandstorm OWNER sandstorm") || fail "could not create the role and database"
+    systemctl stop "$SERVICE.service" "$SERVICE.socket"
+    mv "$STATE_DIR" "$STATE_DIR.sqlite"
+    mv "$ENV_FILE" "$ENV_FILE.sqlite"
+    printf '%s\n' "SANDSTORM_PUBLIC_URL=https://$DOMAIN" "SANDSTORM_WORKSPACE_ROOT=/home/$AGENT/workspace" \
+        "SANDSTORM_STATE_DIR=$STATE_DIR" "DATABASE_URL=postgres://sandstorm:workers-test@127.0.0.1:5432/sandstorm" >"$ENV_FILE"
+    chmod 0600 "$ENV_FILE"
+    if ! (cd /root/sandstorm && SANDSTORM_DOMAIN="$DOMAIN" bash deploy/install.sh --workers 2) >"$log" 2>&1; then
+        tail -n 25 "$log"
+        fail "install.sh --workers 2 failed"
+    fi
+    grep -E '^(==>|install.sh: warning)|worker' "$log" | sed 's/^/    /' | tail -n 30
+    for unit in "$SERVICE.service" "$SERVICE-worker@2.service" "$SERVICE-worker@2.socket" "$SERVICE-redis.service"; do
+        systemctl is-active --quiet "$unit" || fail "$unit is $(systemctl is-active "$unit")"
+    done
+    systemctl is-active --quiet redis-server.service && fail "Debian's own redis-server.service runs (open to every local user)"
+    can_connect "$AGENT" /run/sandstorm-mcp-redis/redis.sock && fail "$AGENT can connect to Sandstorm's Redis"
+    can_connect caddy /run/sandstorm-mcp-redis/redis.sock && fail "caddy can connect to Sandstorm's Redis"
+    for number in 1 2; do
+        can_connect caddy "/run/sandstorm-mcp/worker-$number.sock" || fail "caddy cannot connect to worker $number"
+        can_connect "$AGENT" "/run/sandstorm-mcp/worker-$number.sock" && fail "$AGENT can connect to worker $number"
+    done
+    echo "active: $SERVICE.service, $SERVICE-worker@2 (socket and service), $SERVICE-redis; Redis: the server's user alone"
+    # Sessions through Caddy: each `mcp exec` opens one (initialize, then its calls); new ones alternate workers.
+    sandstorm-manage create_token workers-test 2>/dev/null | tail -n 1 >"$STATE/token"
+    for number in 1 2 3 4; do
+        [ "$(mcp exec "echo session-$number")" = "session-$number" ] || fail "session $number through Caddy failed"
+    done
+    for unit in "$SERVICE.service" "$SERVICE-worker@2.service"; do
+        journalctl -u "$unit" --no-pager -o cat | grep -q '"method": "POST", "path": "/mcp", "status": 200' || fail "$unit served no MCP request"
+    done
+    echo "4 sessions through Caddy, each initialize + terminal_exec; both workers served MCP requests"
+    # One restart restarts every worker (PartOf=).
+    before="$(main_pid "$SERVICE-worker@2.service")"
+    systemctl restart "$SERVICE.service"
+    wait_for 30 systemctl is-active --quiet "$SERVICE-worker@2.service" || fail "worker 2 is not back after the restart"
+    [ "$(main_pid "$SERVICE-worker@2.service")" != "$before" ] || fail "systemctl restart $SERVICE did not restart worker 2"
+    [ "$(mcp exec 'echo after-restart')" = after-restart ] || fail "no session through Caddy after the restart"
+    echo "systemctl restart $SERVICE restarted worker 2 too"
+    # A rerun without --workers keeps two; --workers 1 goes back to one, and removes what the second needed.
+    (cd /root/sandstorm && SANDSTORM_DOMAIN="$DOMAIN" bash deploy/install.sh) >"$log" 2>&1 || { tail -n 25 "$log"; fail "rerun"; }
+    systemctl is-enabled --quiet "$SERVICE-worker@2.service" || fail "a rerun without --workers dropped worker 2"
+    (cd /root/sandstorm && SANDSTORM_DOMAIN="$DOMAIN" bash deploy/install.sh --workers 1) >"$log" 2>&1 ||
+        { tail -n 25 "$log"; fail "install.sh --workers 1"; }
+    for unit in "$SERVICE-worker@2.service" "$SERVICE-worker@2.socket" "$SERVICE-redis.service"; do
+        systemctl is-active --quiet "$unit" && fail "$unit still runs with one worker"
+    done
+    [ ! -e /etc/systemd/system/sandstorm-mcp-redis.service ] || fail "the Redis unit is still installed with one worker"
+    grep -q 'worker-2.sock' /etc/caddy/sandstorm-mcp.caddy && fail "Caddy still proxies to worker 2"
+    [ "$(mcp exec 'echo one-worker')" = one-worker ] || fail "no session through Caddy with one worker"
+    echo "a rerun kept 2 workers; --workers 1 stopped worker 2 and Redis, and Caddy proxies to worker 1 alone"
+}
+
 check_name() { declare -F "check_$1" >/dev/null; }
 
 if [ $# -ne 1 ] || ! check_name "$1"; then

@@ -188,7 +188,7 @@ check() {
     log "FAIL $name ($((SECONDS - started))s)"
     sed 's/^/    /' "$output"
     log "journal of the services (last lines):"
-    in_ct journalctl -u sandstorm-mcp -u sandstorm-mcp.socket -u sandstorm-mcp-executor -u caddy -n 40 --no-pager -o short-monotonic 2>&1 | sed 's/^/    /' || true
+    in_ct journalctl -u sandstorm-mcp -u sandstorm-mcp.socket -u sandstorm-mcp-executor -u 'sandstorm-mcp-worker@*' -u sandstorm-mcp-redis -u caddy -n 40 --no-pager -o short-monotonic 2>&1 | sed 's/^/    /' || true
     exit 1
 }
 
@@ -232,6 +232,7 @@ main() {
     check units_active
     check health_through_caddy
     check mcp_exec_as_agent
+    check workers
 }
 
 main "$@"
