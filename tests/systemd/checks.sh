@@ -283,20 +283,24 @@ PY
 }
 
 # Several workers (docs/scaling.md), as an admin sets them up on a new host: PostgreSQL first (the Debian package,
-# a role and a database), DATABASE_URL in the env file, then `install.sh --workers 2`, which installs Redis as a
+# a role and a database, reached on its Unix socket with peer authentication: the role is the server's OS user),
+# DATABASE_URL in the env file, then `install.sh --workers 2`, which installs Redis as a
 # service of Sandstorm's own. The SQLite installation's state and env file are set aside (a new host's are empty).
 check_workers() {
     local log="$STATE/install-workers.log" number unit before
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >"$STATE/apt-pg.log" 2>&1 ||
         fail "apt-get install postgresql: $(tail -n 3 "$STATE/apt-pg.log")"
+    # On its Unix socket alone: the container shares the host's network, where port 5432 may be taken.
+    printf "listen_addresses = ''\n" >>"$(find /etc/postgresql -name postgresql.conf | head -n 1)"
+    systemctl restart postgresql.service
     wait_for 60 runuser -u postgres -- psql -qAtc 'SELECT 1' >/dev/null 2>&1 || fail "PostgreSQL did not start"
-    (cd / && runuser -u postgres -- psql -q -c "CREATE ROLE sandstorm LOGIN PASSWORD 'workers-test'" \
+    (cd / && runuser -u postgres -- psql -q -c "CREATE ROLE sandstorm LOGIN" \
         -c "CREATE DATABASE sandstorm OWNER sandstorm") || fail "could not create the role and database"
     systemctl stop "$SERVICE.service" "$SERVICE.socket"
     mv "$STATE_DIR" "$STATE_DIR.sqlite"
     mv "$ENV_FILE" "$ENV_FILE.sqlite"
     printf '%s\n' "SANDSTORM_PUBLIC_URL=https://$DOMAIN" "SANDSTORM_WORKSPACE_ROOT=/home/$AGENT/workspace" \
-        "SANDSTORM_STATE_DIR=$STATE_DIR" "DATABASE_URL=postgres://sandstorm:workers-test@127.0.0.1:5432/sandstorm" >"$ENV_FILE"
+        "SANDSTORM_STATE_DIR=$STATE_DIR" "DATABASE_URL=postgres://sandstorm@/sandstorm?host=/run/postgresql" >"$ENV_FILE"
     chmod 0600 "$ENV_FILE"
     if ! (cd /root/sandstorm && SANDSTORM_DOMAIN="$DOMAIN" bash deploy/install.sh --workers 2) >"$log" 2>&1; then
         tail -n 25 "$log"
