@@ -3,8 +3,9 @@
 Each limit is one Lua script, atomic in Redis, timed by Redis's own clock (the workers' clocks never meet):
 
 - requests per minute: a sorted set per credential of the last minute's requests, scored by their time;
-- calls in flight: a sorted set per credential of leases, scored by when each runs out. A worker renews its leases
-  while their calls run, so a worker that dies holding some frees them within LEASE_SECONDS instead of for ever.
+- calls in flight, and open sessions (per credential and per user): sorted sets of leases, scored by when each runs
+  out. A worker renews its leases while it holds them, so a worker that dies holding some frees them within
+  LEASE_SECONDS instead of for ever.
 
 Redis not answering refuses the request (LimitsUnavailable): a limit that fails open is no limit.
 """
@@ -116,7 +117,8 @@ class Lease:
     _giving_back: asyncio.Future[None] | None = None
 
     async def release(self) -> None:
-        """Give the place back; a second release waits for the first, so either caller may count on it being free."""
+        """Give the place back, in a task of its own (a cancelled call, releasing in its `finally`, still gives it
+        back); a second release waits for the first, so either caller may count on the place being free."""
         if self._giving_back is None:
             self._giving_back = asyncio.ensure_future(self.leases.give_back(self))
         await asyncio.shield(self._giving_back)

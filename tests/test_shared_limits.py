@@ -188,3 +188,17 @@ def ending_idle_in(other: SharedSessionLedger) -> Callable[[str], Awaitable[bool
         return ended is not None
 
     return ask_others
+
+
+def test_a_call_cancelled_while_it_releases_its_place_still_gives_it_back(redis_url: str) -> None:
+    async def body(first: Redis, second: Redis) -> bool:
+        limiter = SharedConcurrencyLimiter(first, unique_prefix(), 1)
+        slot = await limiter.acquire("token:1")
+        assert slot is not None
+        releasing = asyncio.ensure_future(slot.release())
+        await asyncio.sleep(0)
+        releasing.cancel()  # as a cancelled call's `finally` is cut short
+        await asyncio.sleep(0.2)
+        return await limiter.acquire("token:1") is not None
+
+    assert with_two_workers(redis_url, body) is True

@@ -294,13 +294,16 @@ check_workers() {
     printf "listen_addresses = ''\n" >>"$(find /etc/postgresql -name postgresql.conf | head -n 1)"
     systemctl restart postgresql.service
     wait_for 60 runuser -u postgres -- psql -qAtc 'SELECT 1' >/dev/null 2>&1 || fail "PostgreSQL did not start"
+    # Its port names its socket: the package takes the next free one where the host's PostgreSQL has 5432.
+    local port
+    port="$(pg_lsclusters --no-header | awk 'NR == 1 { print $3 }')"
     (cd / && runuser -u postgres -- psql -q -c "CREATE ROLE sandstorm LOGIN" \
         -c "CREATE DATABASE sandstorm OWNER sandstorm") || fail "could not create the role and database"
     systemctl stop "$SERVICE.service" "$SERVICE.socket"
     mv "$STATE_DIR" "$STATE_DIR.sqlite"
     mv "$ENV_FILE" "$ENV_FILE.sqlite"
     printf '%s\n' "SANDSTORM_PUBLIC_URL=https://$DOMAIN" "SANDSTORM_WORKSPACE_ROOT=/home/$AGENT/workspace" \
-        "SANDSTORM_STATE_DIR=$STATE_DIR" "DATABASE_URL=postgres://sandstorm@/sandstorm?host=/run/postgresql" >"$ENV_FILE"
+        "SANDSTORM_STATE_DIR=$STATE_DIR" "DATABASE_URL=postgres://sandstorm@:$port/sandstorm?host=/run/postgresql" >"$ENV_FILE"
     chmod 0600 "$ENV_FILE"
     if ! (cd /root/sandstorm && SANDSTORM_DOMAIN="$DOMAIN" bash deploy/install.sh --workers 2) >"$log" 2>&1; then
         tail -n 25 "$log"
