@@ -282,6 +282,12 @@ PY
     echo "fork flood as $AGENT: $out (TasksMax=80); /health through Caddy during it: $status; executor still active"
 }
 
+# The warnings and errors the workers logged since the last start (JSON lines: level and message).
+workers_log_problems() {
+    journalctl -u "$SERVICE.service" -u "$SERVICE-worker@2.service" -u "$SERVICE-redis.service" --since "-2min" \
+        --no-pager -o cat | grep -E '"level": "(WARNING|ERROR)"' | cut -c1-400 | tail -n 12
+}
+
 # Several workers (docs/scaling.md), as an admin sets them up on a new host: PostgreSQL first (the Debian package,
 # a role and a database, reached on its Unix socket with peer authentication: the role is the server's OS user),
 # DATABASE_URL in the env file, then `install.sh --workers 2`, which installs Redis as a
@@ -324,7 +330,8 @@ check_workers() {
     # Sessions through Caddy: each `mcp exec` opens one (initialize, then its calls); new ones alternate workers.
     sandstorm-manage create_token workers-test 2>/dev/null | tail -n 1 >"$STATE/token"
     for number in 1 2 3 4; do
-        [ "$(mcp exec "echo session-$number")" = "session-$number" ] || fail "session $number through Caddy failed"
+        [ "$(mcp exec "echo session-$number")" = "session-$number" ] ||
+            fail "session $number through Caddy failed: $(workers_log_problems)"
     done
     for unit in "$SERVICE.service" "$SERVICE-worker@2.service"; do
         journalctl -u "$unit" --no-pager -o cat | grep -q '"method": "POST", "path": "/mcp", "status": 200' || fail "$unit served no MCP request"
@@ -335,7 +342,8 @@ check_workers() {
     systemctl restart "$SERVICE.service"
     wait_for 30 systemctl is-active --quiet "$SERVICE-worker@2.service" || fail "worker 2 is not back after the restart"
     [ "$(main_pid "$SERVICE-worker@2.service")" != "$before" ] || fail "systemctl restart $SERVICE did not restart worker 2"
-    [ "$(mcp exec 'echo after-restart')" = after-restart ] || fail "no session through Caddy after the restart"
+    [ "$(mcp exec 'echo after-restart')" = after-restart ] ||
+        fail "no session through Caddy after the restart: $(workers_log_problems)"
     echo "systemctl restart $SERVICE restarted worker 2 too"
     # A rerun without --workers keeps two; --workers 1 goes back to one, and removes what the second needed.
     (cd /root/sandstorm && SANDSTORM_DOMAIN="$DOMAIN" bash deploy/install.sh) >"$log" 2>&1 || { tail -n 25 "$log"; fail "rerun"; }
