@@ -9,6 +9,8 @@ The official SDK client over streamable HTTP, through Caddy: https://DOMAIN/mcp 
     python mcp_check.py DOMAIN CA_FILE TOKEN_FILE kill PID
     python mcp_check.py DOMAIN CA_FILE TOKEN_FILE grep PATTERN        # prints file_grep's matching files
     python mcp_check.py DOMAIN CA_FILE TOKEN_FILE follow ID           # terminal_output to the end: STATE CODE LINES
+    python mcp_check.py DOMAIN CA_FILE TOKEN_FILE sessions N          # N 2025-11-25 sessions, open at once, three
+                                                                      # calls each: prints their ids' worker tags
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import re
 import ssl
 import sys
+from contextlib import AsyncExitStack
 
 import anyio
 import httpx2
@@ -28,8 +31,41 @@ def text_of(result: CallToolResult) -> str:
     return "".join(getattr(block, "text", "") for block in result.content)
 
 
+async def sessions(domain: str, ca_file: str, token: str, count: int) -> int:
+    """Open `count` sessions at once through Caddy (handshake and Mcp-Session-Id), then make three calls in each:
+    every call of a session must reach the worker holding it. Prints the worker tags of the session ids."""
+    context = ssl.create_default_context(cafile=ca_file)
+    tags: list[str] = []
+    async with AsyncExitStack() as stack:
+        clients = []
+        for _ in range(count):
+            ids: list[str] = []
+
+            async def note(response: httpx2.Response, ids: list[str] = ids) -> None:
+                if not ids and response.headers.get("mcp-session-id"):
+                    ids.append(response.headers["mcp-session-id"])
+
+            http = httpx2.AsyncClient(
+                headers={"Authorization": f"Bearer {token}"}, verify=context, event_hooks={"response": [note]}
+            )
+            await stack.enter_async_context(http)
+            transport = streamable_http_client(f"https://{domain}/mcp", http_client=http)
+            clients.append(await stack.enter_async_context(Client(transport, mode="legacy")))
+            tags.append(ids[0].split("-", 1)[0] if ids else "none")
+        for number, client in enumerate(clients):
+            for call in range(3):
+                result = await client.call_tool("terminal_exec", {"command": f"echo {number}-{call}"})
+                if result.is_error or f"{number}-{call}" not in text_of(result):
+                    print(f"session {number} ({tags[number]}), call {call}: {text_of(result)[:300]}")
+                    return 1
+    print(" ".join(tags))
+    return 0
+
+
 async def main(domain: str, ca_file: str, token_file: str, action: str, argument: str) -> int:
     token = open(token_file).read().strip()
+    if action == "sessions":
+        return await sessions(domain, ca_file, token, int(argument))
     context = ssl.create_default_context(cafile=ca_file)
     http = httpx2.AsyncClient(
         headers={"Authorization": f"Bearer {token}"}, verify=context, timeout=httpx2.Timeout(60, read=120)
