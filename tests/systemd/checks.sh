@@ -337,8 +337,11 @@ check_workers() {
     # One restart restarts every worker (PartOf=).
     before="$(main_pid "$SERVICE-worker@2.service")"
     systemctl restart "$SERVICE.service"
-    wait_for 30 systemctl is-active --quiet "$SERVICE-worker@2.service" || fail "worker 2 is not back after the restart"
     [ "$(main_pid "$SERVICE-worker@2.service")" != "$before" ] || fail "systemctl restart $SERVICE did not restart worker 2"
+    for number in 1 2; do
+        wait_for 60 test "$(curl -s -o /dev/null -w '%{http_code}' --unix-socket "/run/sandstorm-mcp/worker-$number.sock" \
+            "http://$DOMAIN/health")" = 200 || fail "worker $number is not back after the restart: $(workers_log_problems)"
+    done
     [ "$(mcp exec 'echo after-restart')" = after-restart ] ||
         fail "no session through Caddy after the restart: $(workers_log_problems)"
     echo "systemctl restart $SERVICE restarted worker 2 too"
