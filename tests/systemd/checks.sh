@@ -282,6 +282,11 @@ PY
     echo "fork flood as $AGENT: $out (TasksMax=80); /health through Caddy during it: $status; executor still active"
 }
 
+# Does worker N answer /health with 200 on its socket?
+worker_healthy() {
+    [ "$(curl -s -o /dev/null -w '%{http_code}' --unix-socket "/run/sandstorm-mcp/worker-$1.sock" "http://$DOMAIN/health")" = 200 ]
+}
+
 # The warnings and errors the workers logged since the last start (JSON lines: level and message).
 workers_log_problems() {
     journalctl -u "$SERVICE.service" -u "$SERVICE-worker@2.service" -u "$SERVICE-redis.service" --since "-2min" \
@@ -339,8 +344,7 @@ check_workers() {
     systemctl restart "$SERVICE.service"
     [ "$(main_pid "$SERVICE-worker@2.service")" != "$before" ] || fail "systemctl restart $SERVICE did not restart worker 2"
     for number in 1 2; do
-        wait_for 60 test "$(curl -s -o /dev/null -w '%{http_code}' --unix-socket "/run/sandstorm-mcp/worker-$number.sock" \
-            "http://$DOMAIN/health")" = 200 || fail "worker $number is not back after the restart: $(workers_log_problems)"
+        wait_for 60 worker_healthy "$number" || fail "worker $number is not back after the restart: $(workers_log_problems)"
     done
     [ "$(mcp exec 'echo after-restart')" = after-restart ] ||
         fail "no session through Caddy after the restart: $(workers_log_problems)"
