@@ -282,6 +282,13 @@ PY
     echo "fork flood as $AGENT: $out (TasksMax=80); /health through Caddy during it: $status; executor still active"
 }
 
+# Does UNIT run a main process other than PID (restarted)?
+restarted() {
+    local pid
+    pid="$(main_pid "$1")"
+    [ "$pid" != 0 ] && [ "$pid" != "$2" ]
+}
+
 # Does worker N answer /health with 200 on its socket?
 worker_healthy() {
     [ "$(curl -s -o /dev/null -w '%{http_code}' --unix-socket "/run/sandstorm-mcp/worker-$1.sock" "http://$DOMAIN/health")" = 200 ]
@@ -342,7 +349,7 @@ check_workers() {
     # One restart restarts every worker (PartOf=).
     before="$(main_pid "$SERVICE-worker@2.service")"
     systemctl restart "$SERVICE.service"
-    [ "$(main_pid "$SERVICE-worker@2.service")" != "$before" ] || fail "systemctl restart $SERVICE did not restart worker 2"
+    wait_for 30 restarted "$SERVICE-worker@2.service" "$before" || fail "systemctl restart $SERVICE did not restart worker 2"
     for number in 1 2; do
         wait_for 60 worker_healthy "$number" || fail "worker $number is not back after the restart: $(workers_log_problems)"
     done
