@@ -1,4 +1,5 @@
-"""How many MCP sessions (2025-11-25, `Mcp-Session-Id`) each credential and each user may hold open in this process.
+"""How many MCP sessions (2025-11-25, `Mcp-Session-Id`) each credential and each user may hold open in this process
+(mcpserver.shared_limits.SharedSessionLedger counts them over every worker of an installation, in Redis).
 
 The SDK's session table is one for everybody (10,000 sessions, each closed after 30 idle minutes), so one
 credential opening sessions in a loop filled it and every other client got 503. Here:
