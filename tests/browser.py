@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
 
     from tests.live import LiveServer
+
+T = TypeVar("T")
 
 CHROMIUM = "/usr/bin/chromium"
 # Flags for a sandboxed machine as root with no network: no sandbox, no background traffic.
@@ -38,3 +42,16 @@ def log_in_as_admin(page: Page, server: LiveServer, username: str = "admin", pas
     page.click("input[type=submit]")
     past_the_second_factor_offer(page, server)
     page.wait_for_url(f"{server.url}/admin/")
+
+
+def wait_until(page: Page, check: Callable[[], T | None], what: str, deadline: float = 15.0) -> T:
+    """tests.live.poll for a page: Playwright delivers the page's events (socket frames) only while it is called, so
+    the waits between checks are its own."""
+    end = time.monotonic() + deadline
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {deadline}s waiting for {what}")
+        page.wait_for_timeout(50)

@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 import pytest
@@ -18,12 +18,11 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult
 from playwright.sync_api import Browser, Page, WebSocket
 
-from tests.browser import log_in_as_admin
+from tests.browser import log_in_as_admin, wait_until
 from tests.live import LiveServer, mcp_client, running_server, text_of
 
 pytestmark = [pytest.mark.live, pytest.mark.browser]
 DEADLINE = 15.0
-T = TypeVar("T")
 POLICY = {"rules": [{"id": "console-asks", "decision": "ask", "commands": ["printf"], "description": "printing"}]}
 
 
@@ -65,19 +64,6 @@ def call_in_thread(
                 return error
 
     return pool.submit(anyio.run, call)
-
-
-def wait_until(page: Page, check: Callable[[], T | None], what: str) -> T:
-    """tests.live.poll for a page: Playwright delivers the page's events (socket frames) only while it is called, so
-    the waits between checks are its own."""
-    end = time.monotonic() + DEADLINE
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {DEADLINE}s waiting for {what}")
-        page.wait_for_timeout(50)
 
 
 def socket_frames(page: Page) -> list[dict[str, Any]]:

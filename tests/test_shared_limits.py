@@ -131,12 +131,7 @@ def test_a_credentials_sessions_count_over_both_workers_and_room_is_made_from_id
     redis_url: str,
 ) -> None:
     async def body(first: Redis, second: Redis) -> list[object]:
-        prefix = unique_prefix()
-        a, b = (
-            SharedSessionLedger(redis, prefix, per_credential=2, per_user=100, unused_timeout=60)
-            for redis in (first, second)
-        )
-        a.ask_others, b.ask_others = ending_idle_in(b), ending_idle_in(a)
+        a, b = two_ledgers(first, second, per_credential=2, per_user=100)
         seen: list[object] = []
         on_a = await opened_on(a, "bearer:1")  # idle
         on_b = await opened_on(b, "bearer:1", busy=True)
@@ -160,12 +155,7 @@ def test_a_credentials_sessions_count_over_both_workers_and_room_is_made_from_id
 
 def test_a_users_sessions_count_over_both_workers(redis_url: str) -> None:
     async def body(first: Redis, second: Redis) -> list[object]:
-        prefix = unique_prefix()
-        a, b = (
-            SharedSessionLedger(redis, prefix, per_credential=10, per_user=3, unused_timeout=60)
-            for redis in (first, second)
-        )
-        a.ask_others, b.ask_others = ending_idle_in(b), ending_idle_in(a)
+        a, b = two_ledgers(first, second, per_credential=10, per_user=3)
         await opened_on(a, "bearer:1", 7, busy=True)
         await opened_on(b, "bearer:2", 7, busy=True)
         await opened_on(b, "bearer:3", 7, busy=True)
@@ -176,6 +166,17 @@ def test_a_users_sessions_count_over_both_workers(redis_url: str) -> None:
         return [refused, isinstance(await a.open("bearer:6", 8), OpenSession)]
 
     assert with_two_workers(redis_url, body) == ["this credential's user has 3 MCP sessions open", True]
+
+
+def two_ledgers(first: Redis, second: Redis, *, per_credential: int, per_user: int) -> list[SharedSessionLedger]:
+    """Two workers' session ledgers over one Redis, each making room in the other as mcpserver.workers would."""
+    prefix = unique_prefix()
+    a, b = (
+        SharedSessionLedger(redis, prefix, per_credential=per_credential, per_user=per_user, unused_timeout=60)
+        for redis in (first, second)
+    )
+    a.ask_others, b.ask_others = ending_idle_in(b), ending_idle_in(a)
+    return [a, b]
 
 
 def ending_idle_in(other: SharedSessionLedger) -> Callable[[str], Awaitable[bool]]:

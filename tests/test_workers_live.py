@@ -18,7 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 import httpx2
@@ -29,7 +29,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult
 from playwright.sync_api import Browser, Page
 
-from tests.browser import log_in_as_admin
+from tests.browser import log_in_as_admin, wait_until
 from tests.database import requires_postgres
 from tests.live import (
     INITIALIZE,
@@ -52,7 +52,6 @@ CONCURRENT = 2  # calls in flight per credential, over both workers
 SESSIONS = 4  # open MCP sessions per credential, over both workers
 DEADLINE = 20.0
 POLICY = {"rules": [{"id": "workers-ask", "decision": "ask", "commands": ["printf"], "description": "printing"}]}
-T = TypeVar("T")
 
 
 @dataclass
@@ -381,17 +380,6 @@ def call_on(
     return pool.submit(anyio.run, call)
 
 
-def wait_until(page: Page, check: Callable[[], T | None], what: str) -> T:
-    end = time.monotonic() + DEADLINE
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {DEADLINE}s waiting for {what}")
-        page.wait_for_timeout(50)
-
-
 def done(future: Future[CallToolResult | BaseException]) -> Callable[[], CallToolResult | BaseException | None]:
     return lambda: future.result() if future.done() else None
 
@@ -410,7 +398,7 @@ def test_approval_cards_and_running_calls_of_both_workers_show_and_are_decided_o
             card = console.locator(".approval-card", has_text=markers[worker])
             card.wait_for(timeout=DEADLINE * 1000)
             card.get_by_role("button", name="Approve once").click()
-            result = wait_until(console, done(future), what=f"the approved call on worker {worker}")
+            result = wait_until(console, done(future), f"the approved call on worker {worker}", DEADLINE)
             assert isinstance(result, CallToolResult) and not result.is_error, result
             assert text_of(result).startswith(f"stdout:\n{markers[worker]}")
 
@@ -426,7 +414,7 @@ def test_approval_cards_and_running_calls_of_both_workers_show_and_are_decided_o
             row = console.locator("#live-calls .live-call", has_text=sleepers[worker])
             row.wait_for(timeout=DEADLINE * 1000)
             row.get_by_role("button", name="Stop").click()
-            result = wait_until(console, done(future), what=f"the stopped call on worker {worker}")
+            result = wait_until(console, done(future), f"the stopped call on worker {worker}", DEADLINE)
             assert not isinstance(result, CallToolResult) or result.is_error, result
             assert not live_pids_with(sleepers[worker])
 
