@@ -41,9 +41,15 @@ def shared() -> BaseChannelLayer | None:
 
 
 async def tell_workers(message: dict[str, Any]) -> None:
+    """Send `message` to every worker; a layer that cannot take it is logged (what it says is also found by polls
+    or comes again)."""
     layer = shared()
-    if layer is not None:
+    if layer is None:
+        return
+    try:
         await layer.group_send(GROUP, message)
+    except _LAYER_ERRORS as error:
+        logger.warning("could not tell the other workers (%s): %s", message.get("type"), error)
 
 
 def announce_revocation() -> None:
@@ -56,10 +62,7 @@ def announce_revocation() -> None:
     except RuntimeError:
         from asgiref.sync import async_to_sync
 
-        try:
-            async_to_sync(tell_workers)(message)
-        except _LAYER_ERRORS as error:  # the workers' polls still find it (mcpserver.revocations.POLL_SECONDS)
-            logger.warning("could not tell the other workers of a revocation: %s", error)
+        async_to_sync(tell_workers)(message)  # the workers' polls find it anyway (revocations.POLL_SECONDS)
         return
     task = loop.create_task(tell_workers(message))
     _pending.add(task)
@@ -74,11 +77,14 @@ async def ask_workers_to_stop(call_id: str) -> dict[str, Any] | None:
     layer = shared()
     if layer is None:
         return None
-    reply_to = await layer.new_channel()
-    await layer.group_send(GROUP, {"type": "workers.stop_call", "call_id": call_id, "reply_to": reply_to})
     try:
+        reply_to = await layer.new_channel()
+        await layer.group_send(GROUP, {"type": "workers.stop_call", "call_id": call_id, "reply_to": reply_to})
         answer = await asyncio.wait_for(layer.receive(reply_to), ANSWER_SECONDS)
     except TimeoutError:
+        return None
+    except _LAYER_ERRORS as error:
+        logger.warning("could not ask the other workers to stop call %s: %s", call_id, error)
         return None
     return answer if isinstance(answer, dict) else None
 
@@ -95,14 +101,13 @@ async def ask_workers_to_end_idle_session(key: str) -> bool:
     for number in range(1, settings.WORKERS + 1):
         if number == settings.WORKER:
             continue
-        reply_to = await layer.new_channel()
-        await layer.group_send(
-            worker_group(number), {"type": "workers.end_idle_session", "key": key, "reply_to": reply_to}
-        )
         try:
+            reply_to = await layer.new_channel()
+            request = {"type": "workers.end_idle_session", "key": key, "reply_to": reply_to}
+            await layer.group_send(worker_group(number), request)
             answer = await asyncio.wait_for(layer.receive(reply_to), ANSWER_SECONDS)
-        except TimeoutError:
-            logger.warning("worker %d did not answer whether it holds an idle session of %s", number, key)
+        except (TimeoutError, *_LAYER_ERRORS) as error:
+            logger.warning("worker %d did not say whether it holds an idle session of %s: %r", number, key, error)
             continue
         if isinstance(answer, dict) and answer.get("ended"):
             return True
