@@ -33,6 +33,7 @@ logger = logging.getLogger(__name__)
 GROUP = "sandstorm.workers"
 ANSWER_SECONDS = 2.0
 _LAYER_ERRORS = (ChannelFull, OSError, RedisError)
+_pending: set[asyncio.Task[None]] = set()  # announcements sent from the event loop, until sent
 
 
 def shared() -> BaseChannelLayer | None:
@@ -67,9 +68,6 @@ def announce_revocation() -> None:
     task = loop.create_task(tell_workers(message))
     _pending.add(task)
     task.add_done_callback(_pending.discard)
-
-
-_pending: set[asyncio.Task[None]] = set()
 
 
 async def ask_workers_to_stop(call_id: str) -> dict[str, Any] | None:
