@@ -1,6 +1,8 @@
 """The append-only audit log: one table of records chained by a keyed hash.
 
-A tool call writes two records: `call.started` (committed before the tool runs) and `call.finished` (pointing at it).
+A tool call writes two records: `call.started` and `call.finished` (pointing at it). The started record is committed
+before the tool runs; a read-only tool's two records may instead be committed together after it ran, before its
+result leaves (docs/security.md, "The audit invariant").
 Security events (tokens created/revoked/first used, failed authentications, logins, prunes) are `event` records.
 Nothing in the application updates or deletes a record, except `audit_prune`, which leaves a checkpoint.
 """

@@ -4,6 +4,10 @@ audit log, the live view, errors, the result cap.
 A started record is committed before the tool runs (if that fails, the tool does not run) and a finished record
 after it, whatever happened: success, error, timeout, cancellation by the client, a denial, or the answer that it
 waits for approval. Where the command policy decided (any policy with rules), the started record names the rule.
+
+A read-only tool changes nothing, so it runs first and both its records are committed together afterwards, before
+its result leaves; if they cannot be written, the result is withheld (`run_read`). SANDSTORM_AUDIT_READS_BEFORE
+puts reads on the started-record-first path too. An approval asked for is always asked on that path.
 """
 
 from __future__ import annotations
@@ -16,11 +20,12 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.db import DatabaseError
 from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult
 
-from audit.log import Actor, acall_denied, acall_finished, acall_started
+from audit.log import Actor, acall_denied, acall_finished, acall_read, acall_started, started_record
 from audit.models import (
     OUTCOME_CANCELLED,
     OUTCOME_DENIED,
@@ -50,6 +55,9 @@ from oauth.models import SCOPE_READ
 
 logger = logging.getLogger(__name__)
 AUDIT_UNAVAILABLE = "Error: the audit log could not be written, so the call was not run; the server log has the details"
+READ_UNRECORDED = (
+    "Error: the audit log could not be written, so the result of {tool} is withheld; the server log has the details"
+)
 POLICY_UNAVAILABLE = (
     "Error: the command policy could not be read, so the call was not run; the server log has the details"
 )
@@ -177,6 +185,9 @@ async def run_audited(
     cancel_scope: anyio.CancelScope | None = None,
 ) -> ToolResult:
     policy = decision.audit_detail() if decision is not None and decision.recorded else None
+    asks = decision is not None and decision.asks
+    if spec.read_only and not asks and not settings.AUDIT_READS_BEFORE:
+        return await run_read(spec, call, actor, arguments, policy, cancel_scope)
     try:
         # Shielded: the writer completes a started record even for a caller cancelled meanwhile, so wait for it; the
         # checkpoint below then ends such a call as cancelled, with its finished record, before the tool runs.
@@ -212,6 +223,52 @@ async def run_audited(
     return result
 
 
+async def run_read(
+    spec: ToolSpec,
+    call: ToolCall,
+    actor: Actor,
+    arguments: dict[str, Any],
+    policy: dict[str, Any] | None,
+    cancel_scope: anyio.CancelScope | None,
+) -> ToolResult:
+    """A read-only tool, run before anything is written: its started record is built now (its time is the call's
+    start) and committed with the finished record after the read. Its result leaves only once both are committed."""
+    started = started_record(actor, spec.name, arguments, INSTANCE_ID, policy)
+    call.call_id = started.call_id
+    LIVE.started(_live_call(started, call, cancel_scope))
+    began = time.monotonic()
+    outcome = OUTCOME_CANCELLED
+    try:
+        result = await _run(spec, call, arguments)
+        outcome = outcome_of(result)
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await _record_read(started, OUTCOME_CANCELLED, ToolResult.error("cancelled"), began)
+        raise
+    finally:
+        LIVE.ended(started.call_id, outcome)
+    if not await _record_read(started, outcome, result, began):
+        return ToolResult.error(READ_UNRECORDED.format(tool=spec.name))
+    return result
+
+
+async def _record_read(started: AuditRecord, outcome: str, result: ToolResult, began: float) -> bool:
+    duration_ms = _log_call(started, outcome, began)
+    try:
+        await acall_read(
+            started,
+            outcome,
+            result_text=result.text,
+            exit_code=result.exit_code,
+            duration_ms=duration_ms,
+            instance_id=INSTANCE_ID,
+        )
+    except DatabaseError:
+        logger.exception("audit: could not record the read %s; its result is withheld", started.tool)
+        return False
+    return True
+
+
 def _live_call(started: AuditRecord, call: ToolCall, scope: anyio.CancelScope | None) -> LiveCall:
     principal = call.principal
     return LiveCall(
@@ -234,14 +291,20 @@ def outcome_of(result: ToolResult) -> str:
     return OUTCOME_TIMEOUT if result.extra.get("timed_out") else OUTCOME_ERROR
 
 
-async def _finish(started: AuditRecord, outcome: str, result: ToolResult, began: float) -> None:
+def _log_call(started: AuditRecord, outcome: str, began: float) -> int:
+    """One log line per call: who, what and how it ended, never its arguments or result (they may hold secrets).
+    Returns the call's duration in milliseconds."""
     duration_ms = int((time.monotonic() - began) * 1000)
-    # One log line per call: who, what and how it ended, never its arguments or result (they may hold secrets).
     credential = f"{started.credential_kind}:{started.credential_id} {started.credential_name}".strip()
     fields = {"call_id": started.call_id, "tool": started.tool, "user": started.username, "credential": credential}
     logger.info(
         "tool call %s %s", started.tool, outcome, extra={**fields, "outcome": outcome, "duration_ms": duration_ms}
     )
+    return duration_ms
+
+
+async def _finish(started: AuditRecord, outcome: str, result: ToolResult, began: float) -> None:
+    duration_ms = _log_call(started, outcome, began)
     try:
         await acall_finished(
             started,

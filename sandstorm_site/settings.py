@@ -69,6 +69,9 @@ MAX_SESSIONS_PER_CREDENTIAL = env_int("SANDSTORM_MAX_SESSIONS_PER_CREDENTIAL", 1
 MAX_SESSIONS_PER_USER = env_int("SANDSTORM_MAX_SESSIONS_PER_USER", 256, minimum=1)
 SESSION_UNUSED_TIMEOUT = env_int("SANDSTORM_SESSION_UNUSED_TIMEOUT", 60, minimum=1)
 AUDIT_EXCERPT_BYTES = env_int("SANDSTORM_AUDIT_EXCERPT", 8192, minimum=256)
+# Read-only tools run first and have both their records committed together after the read, before the result
+# leaves (a read changes nothing). On: a read's started record is committed before it runs, as every other call's.
+AUDIT_READS_BEFORE = env_bool("SANDSTORM_AUDIT_READS_BEFORE", False)
 # Disk budget of the audit log (bytes; 0 = none): at it, tool calls are refused until an admin prunes or raises it.
 AUDIT_MAX_BYTES = env_int("SANDSTORM_AUDIT_MAX_BYTES", 10 * 1024**3)
 # Start even though the start-up check finds lost audit records or a damaged or missing database (for one start: the

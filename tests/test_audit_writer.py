@@ -198,8 +198,8 @@ class CallerThreadStandIn:
         self.offered: list[str] = []
         self.takes = takes
 
-    def try_append(self, record: AuditRecord) -> bool:
-        self.offered.append(record.event)
+    def try_append(self, records: Sequence[AuditRecord]) -> bool:
+        self.offered.extend(record.event for record in records)
         return self.takes
 
     def close(self) -> None:

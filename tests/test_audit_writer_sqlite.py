@@ -103,7 +103,7 @@ def test_a_row_committed_on_the_callers_thread_is_the_row_the_batch_thread_write
         return built
 
     inline_record, writer_record = record(), record()
-    assert caller_thread.try_append(inline_record)
+    assert caller_thread.try_append([inline_record])
     append_all([writer_record])
     columns = [field.column for field in _INSERTED if field.column not in ("prev_mac", "mac")]
     with sqlite3.connect(database_path()) as raw:
@@ -223,9 +223,9 @@ def test_the_writer_configured_from_the_settings_commits_on_the_callers_thread(m
     offered: list[str] = []
     real_try_append = CallerThreadAppender.try_append
 
-    def noting(self: CallerThreadAppender, record: AuditRecord) -> bool:
-        offered.append(record.event)
-        return real_try_append(self, record)
+    def noting(self: CallerThreadAppender, records: Sequence[AuditRecord]) -> bool:
+        offered.extend(record.event for record in records)
+        return real_try_append(self, records)
 
     monkeypatch.setattr(CallerThreadAppender, "try_append", noting)
     log.configure()

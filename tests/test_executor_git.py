@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -104,6 +105,17 @@ async def test_status_reports_the_branch_and_a_clean_tree(executor: GitExecutor,
     status = await executor.git_status("repo")
     assert "On branch main" in status
     assert "nothing to commit, working tree clean" in status
+
+
+@pytest.mark.anyio
+async def test_status_writes_nothing_in_the_repository_not_even_its_index(executor: GitExecutor, repo: Path) -> None:
+    # git_status is a read: its audit records are committed after it ran, so it must change nothing. A file whose
+    # mtime moved makes git refresh the index on status unless optional locks are off.
+    index = repo / ".git" / "index"
+    before = index.read_bytes()
+    os.utime(repo / "README.md", (1_000_000_000, 1_000_000_000))
+    assert "nothing to commit" in await executor.git_status("repo")
+    assert index.read_bytes() == before
 
 
 @pytest.mark.anyio

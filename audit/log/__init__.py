@@ -1,7 +1,7 @@
 """The audit log: records written through one writer to a keyed hash chain, and the chain's verification.
 
 records.py        Actor and the records (started, finished, event), built from plain data
-write.py          event/aevent, call_started/acall_started, ...: a record built and committed
+write.py          event/aevent, call_started/acall_started, acall_read, ...: records built and committed
 writer.py         the one writer: on the caller's thread or by its batch thread, built at start-up
 caller_thread.py  SQLite: a record committed on the event loop's thread when nothing has to wait
 append.py         the SQL of an append
@@ -17,6 +17,7 @@ from audit.log.verify import VerifyResult, verify
 from audit.log.write import (
     acall_denied,
     acall_finished,
+    acall_read,
     acall_started,
     aevent,
     call_denied,
@@ -35,6 +36,7 @@ __all__ = [
     "VerifyResult",
     "acall_denied",
     "acall_finished",
+    "acall_read",
     "acall_started",
     "aevent",
     "call_denied",

@@ -20,7 +20,7 @@ from django.db.models.constants import OnConflict
 
 from audit.log.chain import GENESIS_MAC
 from audit.log.encoding import CHAINED_FIELDS, JSON_FIELDS, Mac, canonical_bytes, record_values
-from audit.models import AuditRecord, ChainHead
+from audit.models import KIND_FINISHED, KIND_STARTED, AuditRecord, ChainHead
 from audit.storable import storable_json, storable_text
 
 
@@ -122,6 +122,9 @@ def append_in(
 ) -> None:
     """The statements of an append of storable records, on `cursor`, in a transaction the caller holds and ends.
 
+    A finished record whose started record has no id yet (a read's two records, appended together) follows that
+    record in `records` and gets its id here, before its mac covers it.
+
     Writers serialize on the ChainHead row, so the chain cannot fork. Holding the lock until commit also means
     records commit in id order, so a reader that has seen record N has seen every record before it. `database`
     converts each value as the ORM would for that database (no query: only its operations are used).
@@ -134,7 +137,10 @@ def append_in(
         row = cursor.fetchone()
     prev_mac = row[0]
     keyed = _keyed(settings.AUDIT_HMAC_KEY)
+    started_ids: dict[str, int] = {}  # a read's started record, by call id, for its finished record in this append
     for record in records:
+        if record.kind == KIND_FINISHED and record.started_id is None:
+            record.started_id = started_ids[record.call_id]
         record.prev_mac = prev_mac
         record.mac = prev_mac = keyed.hexdigest(canonical_bytes(record_values(record), prev_mac))
         cursor.execute(statements.insert, db_values(record, database))
@@ -142,6 +148,8 @@ def append_in(
             record.id = cursor.fetchone()[0]
         else:
             record.id = database.ops.last_insert_id(cursor, AuditRecord._meta.db_table, "id")
+        if record.kind == KIND_STARTED:
+            started_ids[record.call_id] = record.id
     cursor.execute(statements.update, [prev_mac, records[-1].id])
 
 

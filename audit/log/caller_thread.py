@@ -18,6 +18,7 @@ import logging
 import os
 import sqlite3
 import threading
+from collections.abc import Sequence
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
@@ -31,7 +32,8 @@ CHECKPOINT_BUSY_TIMEOUT = 5.0  # seconds the checkpoint thread may wait for anot
 
 
 class CallerThreadAppender:
-    """Appends one record at a time on the calling thread when that needs no waiting; see the module's docstring."""
+    """Appends one caller's records at a time on the calling thread when that needs no waiting; see the module's
+    docstring."""
 
     def __init__(self, turn: threading.Lock, alias: str = "default", checkpoint_every: int = CHECKPOINT_EVERY) -> None:
         self._turn = turn  # shared with the writer and the synchronous writers of this process
@@ -45,12 +47,13 @@ class CallerThreadAppender:
         # A forked child must not use the parent's SQLite connection: it opens one of its own.
         os.register_at_fork(after_in_child=self._forget)
 
-    def try_append(self, record: AuditRecord) -> bool:
-        """Commit `record` at the head of the chain now, or return False having written nothing."""
+    def try_append(self, records: Sequence[AuditRecord]) -> bool:
+        """Commit `records` at the head of the chain now, in one transaction, or return False having written
+        nothing."""
         if not self._turn.acquire(blocking=False):
             return False
         try:
-            return self._append(record)
+            return self._append(records)
         finally:
             self._turn.release()
 
@@ -60,17 +63,18 @@ class CallerThreadAppender:
                 self._connection.close()
             self._connection = None
 
-    def _append(self, record: AuditRecord) -> bool:
+    def _append(self, records: Sequence[AuditRecord]) -> bool:
         try:
             connection = self._connect()
             connection.execute("BEGIN IMMEDIATE")
         except sqlite3.Error:
             return False  # the write lock is another connection's (SQLITE_BUSY), or the database cannot be opened
         assert self._database is not None and self._statements is not None
-        make_storable(record)
+        for record in records:
+            make_storable(record)
         written = False
         try:
-            append_in(connection.cursor(), [record], self._statements, self._database)
+            append_in(connection.cursor(), records, self._statements, self._database)
             connection.execute("COMMIT")
             written = True
         except sqlite3.Error as error:
@@ -79,7 +83,7 @@ class CallerThreadAppender:
             if connection.in_transaction:
                 self._roll_back(connection)
         if written:
-            saved([record], self._alias)
+            saved(records, self._alias)
             self._committed()
         return written
 

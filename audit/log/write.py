@@ -55,6 +55,17 @@ async def acall_finished(started: AuditRecord, outcome: str, **result: Any) -> A
     return await current().awrite(functools.partial(finished_record, started, outcome, **result), closes_call=True)
 
 
+async def acall_read(started: AuditRecord, outcome: str, **result: Any) -> AuditRecord:
+    """Commit a read's started record (built, not yet written) and its finished record together, in one transaction;
+    the finished record is returned. The caller must not hand the read's result on if this raises."""
+
+    def build() -> list[AuditRecord]:
+        return [started, finished_record(started, outcome, **result)]
+
+    records = await current().awrite_together(build)
+    return records[-1]
+
+
 async def acall_denied(
     actor: Actor,
     tool: str,

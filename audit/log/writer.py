@@ -44,17 +44,17 @@ Appender = Callable[[Sequence[AuditRecord]], object]
 
 @dataclass(eq=False)
 class _Job:
-    build: Callable[[], AuditRecord]
+    build: Callable[[], Sequence[AuditRecord]]
     loop: asyncio.AbstractEventLoop
-    future: asyncio.Future[AuditRecord] = field(repr=False)
-    record: AuditRecord = field(init=False, repr=False)
+    future: asyncio.Future[Sequence[AuditRecord]] = field(repr=False)
+    records: Sequence[AuditRecord] = field(init=False, repr=False)
     error: BaseException | None = None
 
 
 class CallerThread(Protocol):
-    """Commits a record on the calling thread if that needs no waiting (audit.log.caller_thread)."""
+    """Commits records on the calling thread if that needs no waiting (audit.log.caller_thread)."""
 
-    def try_append(self, record: AuditRecord) -> bool: ...
+    def try_append(self, records: Sequence[AuditRecord]) -> bool: ...
 
     def close(self) -> None: ...
 
@@ -113,18 +113,23 @@ class AuditWriter:
         """
         if closes_call:
             self._open_calls = max(0, self._open_calls - 1)
-        record = await self._awrite(build)
+        (record,) = await self._awrite(functools.partial(_one, build))
         if opens_call:
             self._open_calls += 1
         return record
 
-    async def _awrite(self, build: Callable[[], AuditRecord]) -> AuditRecord:
+    async def awrite_together(self, build: Callable[[], Sequence[AuditRecord]]) -> Sequence[AuditRecord]:
+        """Append the records `build()` makes, in order, in one transaction, once they are committed (a read's
+        started and finished records: a finished record without its started record's id follows it)."""
+        return await self._awrite(build)
+
+    async def _awrite(self, build: Callable[[], Sequence[AuditRecord]]) -> Sequence[AuditRecord]:
         if self._caller_thread is not None and self._queued == 0 and self._open_calls == 0:
             # No other call is open and nothing waits for the batch thread: nothing to share a commit with.
-            record = build()
-            if self._caller_thread.try_append(record):
-                return record
-            build = functools.partial(_same, record)
+            records = build()
+            if self._caller_thread.try_append(records):
+                return records
+            build = functools.partial(_same, records)
         loop = asyncio.get_running_loop()
         job = _Job(build, loop, loop.create_future())
         with self._lifecycle:
@@ -188,7 +193,7 @@ class AuditWriter:
         if not ready:
             return
         try:
-            self._append([job.record for job in ready])
+            self._append([record for job in ready for record in job.records])
             return
         except Exception as error:  # noqa: BLE001 - handed to the callers, as their own thread would have raised it
             if len(ready) == 1 or isinstance(error, OperationalError):
@@ -198,7 +203,7 @@ class AuditWriter:
                 return
         for job in ready:  # a record the database refused: each alone, so only that record's caller fails
             try:
-                self._append([job.record])
+                self._append(list(job.records))
             except Exception as error:  # noqa: BLE001 - as above
                 job.error = error
 
@@ -207,13 +212,17 @@ class AuditWriter:
             self._append_all(records)
 
 
-def _same(record: AuditRecord) -> AuditRecord:
-    return record
+def _same(records: Sequence[AuditRecord]) -> Sequence[AuditRecord]:
+    return records
+
+
+def _one(build: Callable[[], AuditRecord]) -> Sequence[AuditRecord]:
+    return (build(),)
 
 
 def _build(job: _Job) -> bool:
     try:
-        job.record = job.build()
+        job.records = job.build()
     except Exception as error:  # noqa: BLE001 - the caller's own failure, raised in the caller
         job.error = error
         return False
@@ -239,7 +248,7 @@ def _settle(jobs: list[_Job]) -> None:
         if job.error is not None:
             job.future.set_exception(job.error)
         else:
-            job.future.set_result(job.record)
+            job.future.set_result(job.records)
 
 
 # --- the writer of this process, built from the settings ----------------------------------------------------------

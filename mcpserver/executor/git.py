@@ -131,6 +131,9 @@ class GitOps:
         env["GIT_ALLOW_PROTOCOL"] = ALLOWED_PROTOCOLS
         env["GIT_EDITOR"] = env["GIT_SEQUENCE_EDITOR"] = ":"
         env["GIT_PAGER"] = "cat"
+        # `status` refreshes the index when it can: a write. The read-only tools write nothing (their audit records
+        # are committed after they ran).
+        env["GIT_OPTIONAL_LOCKS"] = "0"
         env.update(gitconfig.config_environment(gitconfig.FIXED_OVERRIDES))
         env.update(extra or {})
         return env
