@@ -68,7 +68,7 @@ def recover_interrupted(current_instance: str) -> int:
             call_finished(
                 started,
                 OUTCOME_INTERRUPTED,
-                reason="the server process running this call stopped before it finished",
+                reason="the server process running this call stopped before its end was recorded",
                 instance_id=current_instance,
             )
         except IntegrityError:  # finished meanwhile by another server process starting at the same moment

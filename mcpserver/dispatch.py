@@ -25,7 +25,8 @@ from django.db import DatabaseError
 from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult
 
-from audit.log import Actor, acall_denied, acall_finished, acall_read, acall_started, started_record
+from audit.log import Actor, acall_denied, acall_read, acall_started, afinish_call, started_record
+from audit.log.refusals import RefusalLog
 from audit.models import (
     OUTCOME_CANCELLED,
     OUTCOME_DENIED,
@@ -64,6 +65,10 @@ POLICY_UNAVAILABLE = (
 LIMITS_UNAVAILABLE = (
     "Error: the server cannot count this credential's calls (Redis does not answer), so the call was not run; try again"
 )
+# The database's refusals, logged one line at a time with a count (a locked or full database refuses every call).
+STARTS_REFUSED = RefusalLog("the database refused a started record, so the call did not run")
+READS_REFUSED = RefusalLog("the database refused a read's records, so its result was withheld")
+DENIALS_REFUSED = RefusalLog("the database refused the records of a denied call")
 EXECUTOR_LOST = (
     "Error: the tool executor stopped during this call, so it is not known whether {tool} completed; "
     "a command it had started has been ended. Check the workspace before retrying."
@@ -172,8 +177,8 @@ async def record_denied(
     tool, bad arguments). A database failure is logged, not raised: the refusal is answered all the same."""
     try:
         await acall_denied(actor, tool[:64], arguments, reason, INSTANCE_ID, policy)
-    except DatabaseError:
-        logger.exception("could not record a denied call of %s", tool[:64])
+    except DatabaseError as error:
+        DENIALS_REFUSED.note(error)
 
 
 async def run_audited(
@@ -193,8 +198,8 @@ async def run_audited(
         # checkpoint below then ends such a call as cancelled, with its finished record, before the tool runs.
         with anyio.CancelScope(shield=True):
             started = await acall_started(actor, spec.name, arguments, INSTANCE_ID, policy)
-    except DatabaseError:
-        logger.exception("audit: could not record the start of %s; refusing the call", spec.name)
+    except DatabaseError as error:
+        STARTS_REFUSED.note(error)
         return ToolResult.error(AUDIT_UNAVAILABLE)
     call.call_id = started.call_id
     LIVE.started(_live_call(started, call, cancel_scope))
@@ -263,8 +268,8 @@ async def _record_read(started: AuditRecord, outcome: str, result: ToolResult, b
             duration_ms=duration_ms,
             instance_id=INSTANCE_ID,
         )
-    except DatabaseError:
-        logger.exception("audit: could not record the read %s; its result is withheld", started.tool)
+    except DatabaseError as error:
+        READS_REFUSED.note(error)
         return False
     return True
 
@@ -305,18 +310,15 @@ def _log_call(started: AuditRecord, outcome: str, began: float) -> int:
 
 async def _finish(started: AuditRecord, outcome: str, result: ToolResult, began: float) -> None:
     duration_ms = _log_call(started, outcome, began)
-    try:
-        await acall_finished(
-            started,
-            outcome,
-            result_text=result.text,
-            exit_code=result.exit_code,
-            duration_ms=duration_ms,
-            instance_id=INSTANCE_ID,
-        )
-    except DatabaseError:
-        # The call already ran; its started record stays, and the next start-up marks it interrupted.
-        logger.exception("audit: could not record the end of %s (record %s)", started.tool, started.id)
+    # The call has run: a finished record the database refuses is held and written again (audit.log.held).
+    await afinish_call(
+        started,
+        outcome,
+        result_text=result.text,
+        exit_code=result.exit_code,
+        duration_ms=duration_ms,
+        instance_id=INSTANCE_ID,
+    )
 
 
 async def _run(spec: ToolSpec, call: ToolCall, arguments: dict[str, Any]) -> ToolResult:

@@ -11,6 +11,7 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
 from redis.exceptions import RedisError
 
+from audit.log.held import held
 from mcpserver.executor.interface import ExecutorError
 from mcpserver.process import sandstorm_version, uptime_seconds
 from mcpserver.registry import TOOLS
@@ -64,8 +65,8 @@ async def redis_error(services: Services) -> str | None:
 @require_GET
 async def health(request: HttpRequest) -> JsonResponse:
     """200 when the server can run tools; 503 when the executor does not answer, the audit log is full, the
-    database cannot be read or the workers' Redis does not answer (calls fail until it is back, until an admin makes
-    room, or until it is restored).
+    database cannot be read, finished records wait to be written, or the workers' Redis does not answer (calls fail
+    until it is back, until an admin makes room, or until it is restored).
 
     Async: no thread hop, and the executor is asked over the same kept connections tool calls use. The services are
     those of the /mcp application built in this process (mcpserver.application).
@@ -76,7 +77,8 @@ async def health(request: HttpRequest) -> JsonResponse:
     audit_full = budget is not None and budget.full
     database_error = await services.database.error()  # a cached verdict: no query on most requests
     shared_error = await redis_error(services)
-    ok = executor["ok"] and not audit_full and database_error is None and shared_error is None
+    unwritten = held().problem()  # finished records the database refused, not yet written
+    ok = executor["ok"] and not audit_full and database_error is None and shared_error is None and unwritten is None
     return JsonResponse(
         {
             "ok": ok,
@@ -84,6 +86,8 @@ async def health(request: HttpRequest) -> JsonResponse:
             "database": {"ok": True} if database_error is None else {"ok": False, "error": database_error},
             # The audit log's size against SANDSTORM_AUDIT_MAX_BYTES (null: no budget); full: tool calls are refused.
             "audit_log": budget.as_json() if budget is not None else None,
+            # Finished records the database refused, held until it takes them (audit/log/held.py).
+            "audit_records_held": None if unwritten is None else {"count": held().count, "error": unwritten},
             # Several workers (docs/scaling.md): which one answered, and whether the Redis they share answers.
             "worker": settings.WORKER,
             "redis": None if services.redis is None else {"ok": shared_error is None, "error": shared_error},

@@ -16,6 +16,7 @@ import contextvars
 import logging
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -29,6 +30,7 @@ from audit.budget import AuditBudget
 from audit.failures import FailureAggregator
 from audit.instances import heartbeat, mark_stopped, recover_interrupted, register_instance
 from audit.log import Actor, chain_head, event
+from audit.log.held import held, replay_spill
 from mcpserver.process import INSTANCE_ID
 
 logger = logging.getLogger(__name__)
@@ -174,6 +176,9 @@ class Housekeeping:
 
     async def start(self) -> None:
         await sync_to_async(register_instance, thread_sensitive=False)(INSTANCE_ID)
+        # First the finished records the last run held in its spill file: their calls were not interrupted.
+        await sync_to_async(replay_spill, thread_sensitive=False)(Path(settings.STATE_DIR))
+        held().prepare()
         await sync_to_async(recover_interrupted, thread_sensitive=False)(INSTANCE_ID)
         await sync_to_async(log_chain_head, thread_sensitive=False)()
         self._ticker = asyncio.get_running_loop().create_task(self._tick())
@@ -181,9 +186,11 @@ class Housekeeping:
     async def stop(self) -> None:
         if self._ticker is not None:
             self._ticker.cancel()
+        held().cancel_retries()
         await sync_to_async(self._final, thread_sensitive=False)()
 
     def _final(self) -> None:
+        held().stop()
         flush_failures(self.failures)
         flush_budget_refusals(self.budget)
         mark_stopped(INSTANCE_ID)

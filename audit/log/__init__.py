@@ -2,6 +2,7 @@
 
 records.py        Actor and the records (started, finished, event), built from plain data
 write.py          event/aevent, call_started/acall_started, acall_read, ...: records built and committed
+held.py           finished records the database refused, kept (memory, spill file) and written again
 writer.py         the one writer: on the caller's thread or by its batch thread, built at start-up
 caller_thread.py  SQLite: a record committed on the event loop's thread when nothing has to wait
 append.py         the SQL of an append
@@ -20,6 +21,7 @@ from audit.log.write import (
     acall_read,
     acall_started,
     aevent,
+    afinish_call,
     call_denied,
     call_finished,
     call_started,
@@ -37,6 +39,7 @@ __all__ = [
     "acall_denied",
     "acall_finished",
     "acall_read",
+    "afinish_call",
     "acall_started",
     "aevent",
     "call_denied",

@@ -6,6 +6,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from django.db import DatabaseError
+
+from audit.log.held import held
 from audit.log.records import Actor, event_record, finished_record, started_record
 from audit.log.writer import current
 from audit.models import OUTCOME_DENIED, AuditRecord
@@ -55,6 +58,24 @@ async def acall_finished(started: AuditRecord, outcome: str, **result: Any) -> A
     return await current().awrite(functools.partial(finished_record, started, outcome, **result), closes_call=True)
 
 
+async def afinish_call(started: AuditRecord, outcome: str, **result: Any) -> AuditRecord:
+    """Commit the finished record of `started`, a call that ran; if the database refuses it, the record is held and
+    written again until it takes it (audit.log.held). Never raises DatabaseError: the call has had its effect."""
+    built: list[AuditRecord] = []
+
+    def build() -> AuditRecord:
+        built.append(finished_record(started, outcome, **result))
+        return built[0]
+
+    try:
+        return await current().awrite(build, closes_call=True)
+    except DatabaseError as error:
+        if not built:
+            raise  # never: building a record does not touch the database
+        held().hold(built[0], error)
+        return built[0]
+
+
 async def acall_read(started: AuditRecord, outcome: str, **result: Any) -> AuditRecord:
     """Commit a read's started record (built, not yet written) and its finished record together, in one transaction;
     the finished record is returned. The caller must not hand the read's result on if this raises."""
@@ -75,7 +96,7 @@ async def acall_denied(
     policy: dict[str, Any] | None = None,
 ) -> AuditRecord:
     started = await acall_started(actor, tool, arguments, instance_id, policy)
-    return await acall_finished(started, OUTCOME_DENIED, result_text=reason, reason=reason, duration_ms=0)
+    return await afinish_call(started, OUTCOME_DENIED, result_text=reason, reason=reason, duration_ms=0)
 
 
 async def aevent(

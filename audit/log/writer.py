@@ -94,14 +94,19 @@ class AuditWriter:
 
     def write(self, record: AuditRecord) -> AuditRecord:
         """Commit `record` on this thread's Django connection, in the caller's transaction if it is in one."""
+        self.write_all([record])
+        return record
+
+    def write_all(self, records: Sequence[AuditRecord]) -> Sequence[AuditRecord]:
+        """`write` for several records, in order, in one transaction."""
         if connection.in_atomic_block:
             # Inside a transaction that may already hold the database's write lock: waiting for a turn here could
             # deadlock with a writer that holds the turn and waits for that lock.
-            self._append_all([record])
+            self._append_all(records)
         else:
             with self._turn:
-                self._append_all([record])
-        return record
+                self._append_all(records)
+        return records
 
     async def awrite(
         self, build: Callable[[], AuditRecord], *, opens_call: bool = False, closes_call: bool = False

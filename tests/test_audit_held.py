@@ -1,0 +1,185 @@
+"""A finished record the database refuses is never dropped: held in memory and in the spill file, written again
+until the database takes it, replayed by the next start, with /health at 503 meanwhile and one log line, not a
+traceback per call. The refusals are real: a trigger in the test database, a full tmpfs for the spill file."""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import subprocess
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+from asgiref.sync import sync_to_async
+
+from audit import log
+from audit.instances import recover_interrupted
+from audit.log import Actor, call_started, finished_record
+from audit.log import held as held_module
+from audit.log.held import SPILL_NAME, HeldRecords, replay_spill
+from audit.models import KIND_FINISHED, OUTCOME_OK, AuditRecord
+from tests.inprocess import InProcessServer, audit_records, new_token, text_of
+from tests.test_audit_reads import database_refuses
+
+pytestmark = [pytest.mark.inprocess, pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
+DEADLINE = 30.0
+ACTOR = Actor(username="agent", credential_kind="bearer", credential_id="1")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_held() -> Iterator[None]:
+    held_module.reset()
+    yield
+    held_module.reset()
+    log.close()
+
+
+async def health(server: InProcessServer) -> tuple[int, dict[str, object]]:
+    """/health's view, for the services of the application `server` runs in this process."""
+    from django.test import AsyncRequestFactory
+
+    from mcpserver.health import health as health_view
+
+    response = await health_view(AsyncRequestFactory().get("/health"))
+    return response.status_code, json.loads(response.content)
+
+
+async def finished_of(started: AuditRecord) -> list[AuditRecord]:
+    return await audit_records(kind=KIND_FINISHED, started_id=started.id)
+
+
+@pytest.fixture
+async def app_with_state(tmp_path: Path, transactional_db: None) -> AsyncIterator[InProcessServer]:
+    from tests.inprocess import serve_in_process
+
+    state = tmp_path / "state"
+    state.mkdir()
+    async with serve_in_process(tmp_path / "workspace", STATE_DIR=state) as server:
+        yield server
+
+
+async def test_a_refused_finished_record_is_held_then_written_and_health_says_so_meanwhile(
+    app_with_state: InProcessServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    from django.conf import settings as django_settings
+
+    server = app_with_state
+    state = Path(django_settings.STATE_DIR)
+    token = await new_token("held")
+    marker = uuid.uuid4().hex
+    caplog.set_level(logging.ERROR, logger="audit.log.held")
+    async with database_refuses(f"NEW.kind = '{KIND_FINISHED}' AND NEW.tool = 'terminal_exec'"):
+        results = [
+            await server.call_tool(token, "terminal_exec", {"command": f"echo {marker}-{number}"})
+            for number in range(3)
+        ]
+        assert [text_of(result) for result in results] == [
+            f"stdout:\n{marker}-{number}\n\nexit_code: 0" for number in range(3)
+        ]
+        status, body = await health(server)
+        assert status == 503
+        assert body["audit_records_held"] == {
+            "count": 3,
+            "error": "3 finished audit record(s) wait to be written: refused by the test",
+        }
+        spilled = [json.loads(line) for line in (state / SPILL_NAME).read_text().splitlines()]
+        assert [line["outcome"] for line in spilled] == [OUTCOME_OK] * 3
+        assert await audit_records(kind=KIND_FINISHED, tool="terminal_exec") == []
+    # The database takes records again: the held ones are written, in order, by the retries.
+    with anyio.fail_after(DEADLINE):
+        while await audit_records(kind=KIND_FINISHED, tool="terminal_exec") == []:
+            await anyio.sleep(0.1)
+    started = await audit_records(kind="call.started", tool="terminal_exec")
+    finished = await audit_records(kind=KIND_FINISHED, tool="terminal_exec")
+    assert [record.started_id for record in finished] == [record.id for record in started]
+    assert [record.outcome for record in finished] == [OUTCOME_OK] * 3
+    assert all(record.result_sha256 for record in finished)
+    assert not (state / SPILL_NAME).exists()
+    assert (await health(server))[0] == 200
+    assert await sync_to_async(lambda: log.verify().ok)()
+    held_lines = [record for record in caplog.records if record.name == "audit.log.held"]
+    assert len(held_lines) == 1 and "refused by the test" in held_lines[0].getMessage()
+    assert held_lines[0].exc_info is None
+
+
+def test_the_next_start_writes_what_the_spill_file_holds_and_those_calls_are_not_interrupted(
+    tmp_path: Path, transactional_db: None
+) -> None:
+    started = call_started(ACTOR, "terminal_exec", {"command": "echo spilled"}, "gone-instance")
+    record = finished_record(started, OUTCOME_OK, result_text="spilled\n", exit_code=0, duration_ms=5)
+    # A process that held it, spilled it and was then killed.
+    keeper = HeldRecords(tmp_path)
+    keeper._spill_one(record)  # noqa: SLF001 - what hold() does first, without a loop to retry on
+    with (tmp_path / SPILL_NAME).open("a") as spill:
+        spill.write('{"kind": "call.fini')  # a line cut short by the kill
+    assert replay_spill(tmp_path) == 1
+    assert recover_interrupted("this-instance") == 0
+    (finished,) = AuditRecord.objects.filter(kind=KIND_FINISHED, started_id=started.id)
+    assert (finished.outcome, finished.exit_code, finished.call_id) == (OUTCOME_OK, 0, started.call_id)
+    assert not (tmp_path / SPILL_NAME).exists()
+    assert log.verify().ok
+    # Replayed twice (a second start before the file was removed) writes nothing twice.
+    keeper._spill_one(record)  # noqa: SLF001
+    assert replay_spill(tmp_path) == 0
+
+
+async def test_refused_starts_log_one_line_with_a_count_not_a_traceback_each(
+    mcp_app: InProcessServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    token = await new_token("refused-starts")
+    caplog.set_level(logging.ERROR)
+    async with database_refuses("NEW.tool = 'terminal_exec'"):
+        for number in range(20):
+            result = await mcp_app.call_tool(token, "terminal_exec", {"command": f"echo {number}"})
+            assert result["isError"]
+    errors = [record for record in caplog.records if record.levelno >= logging.ERROR]
+    assert len(errors) == 1, [record.getMessage() for record in errors]
+    assert errors[0].exc_info is None and "refused by the test" in errors[0].getMessage()
+
+
+@pytest.fixture
+def full_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs (root only), for a disk that fills up."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root (CI runs as root)")
+    mount = tmp_path / "small"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(directory: Path) -> None:
+    with (directory / "filler").open("wb") as filler:
+        try:
+            while True:
+                filler.write(b"\0" * 65536)
+                filler.flush()
+        except OSError as error:
+            assert error.errno == errno.ENOSPC
+
+
+def test_a_full_disk_gives_the_spill_file_the_room_its_ballast_kept(full_tmpfs: Path, transactional_db: None) -> None:
+    keeper = HeldRecords(full_tmpfs, ballast_bytes=128 * 1024)
+    keeper.prepare()
+    assert (full_tmpfs / "audit_spill.ballast").stat().st_size == 128 * 1024
+    fill(full_tmpfs)
+    started = call_started(ACTOR, "file_write", {"path": "x", "content": "y"}, "instance")
+    record = finished_record(started, OUTCOME_OK, result_text="Written 1 bytes", duration_ms=1)
+    keeper.hold(record, OSError(errno.ENOSPC, "database or disk is full"))
+    assert not (full_tmpfs / "audit_spill.ballast").exists()
+    assert json.loads((full_tmpfs / SPILL_NAME).read_text())["call_id"] == started.call_id
+    assert keeper.count == 1 and keeper.problem() == "1 finished audit record(s) wait to be written: " + (
+        "[Errno 28] database or disk is full"
+    )
+    # At shut-down the database takes it: nothing is left to replay.
+    keeper.stop()
+    assert keeper.count == 0 and not (full_tmpfs / SPILL_NAME).exists()
+    assert AuditRecord.objects.filter(kind=KIND_FINISHED, started_id=started.id).count() == 1
