@@ -30,6 +30,7 @@ from mcpserver.process import INSTANCE_ID, sandstorm_version
 from mcpserver.revocations import RevocationWatcher
 from mcpserver.services import Services, build_services, register
 from mcpserver.shared_limits import SharedSessionLedger
+from mcpserver.stopping import StopGate
 from mcpserver.tool_server import build_server
 from mcpserver.transport import install as install_transport
 from mcpserver.workers import WorkerBus, ask_workers_to_end_idle_session
@@ -117,7 +118,10 @@ def build_mcp_application(services: Services | None = None) -> McpApplication:
         if services.executor_child is not None:
             await asyncio.to_thread(services.executor_child.stop)
 
-    runner = SessionManagerRunner(server.session_manager, on_start=start, on_stop=stop)
+    async def before_stop() -> None:
+        await services.stop.stop(IN_FLIGHT)
+
+    runner = SessionManagerRunner(server.session_manager, on_start=start, on_stop=stop, before_stop=before_stop)
     authenticator = build_authenticator()
     app = BearerAuthMiddleware(
         JsonBodyGate(McpEndpoint(runner, services.sessions), max_body_bytes=settings.MAX_REQUEST_BYTES),
@@ -127,5 +131,6 @@ def build_mcp_application(services: Services | None = None) -> McpApplication:
         failures=failures,
     )
     register(services)
-    guarded = JsonErrors(HostOriginCheck(app, public_url=settings.PUBLIC_URL), services.database)
+    gated = StopGate(HostOriginCheck(app, public_url=settings.PUBLIC_URL), services.stop)
+    guarded = JsonErrors(gated, services.database)
     return McpApplication(guarded, runner, services)

@@ -23,6 +23,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import DatabaseError
 from mcp.server.mcpserver import Context
+from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult
 
 from audit.log import Actor, acall_denied, acall_read, acall_started, afinish_call, started_record
@@ -51,6 +52,7 @@ from mcpserver.process import INSTANCE_ID
 from mcpserver.registry import ToolSpec
 from mcpserver.results import ToolResult, render
 from mcpserver.services import Services
+from mcpserver.stopping import CALL_STOPPED, NOT_ACCEPTED, STOPPING_CODE
 from oauth.credentials import Principal
 from oauth.models import SCOPE_READ
 
@@ -93,6 +95,9 @@ async def dispatch(
     if principal is None:  # only reachable if the endpoint were mounted without our auth middleware
         return render(ToolResult.error("Error: this request carries no credential"), services.result_cap)
     actor = audit_actor(principal, *request_session(context.request_context))
+    if services.stop.stopping:  # reached the tool after the stop began: not run
+        await record_denied(actor, spec.name, arguments, NOT_ACCEPTED)
+        raise MCPError(code=STOPPING_CODE, message=NOT_ACCEPTED)
     full = await services.audit_budget.refusal()
     if full is not None:
         # Not recorded call by call (a flood would fill the disk again): counted, and recorded once a minute.
@@ -134,6 +139,9 @@ async def dispatch(
     finally:
         IN_FLIGHT.unregister(token)
         await slot.release()
+    if cancel_scope.cancelled_caught and services.stop.stopping:
+        # Stopped by the server's stop (mcpserver.stopping): the client gets a JSON-RPC error, not a disconnect.
+        raise MCPError(code=STOPPING_CODE, message=CALL_STOPPED)
     return render(result, services.result_cap, keep_structured=spec.output is not None)
 
 
@@ -224,7 +232,9 @@ async def run_audited(
         raise
     finally:
         LIVE.ended(started.call_id, outcome)
-    await _finish(started, outcome, result, began)
+    # Shielded: a call with its result is not cancelled while that is recorded; it answers with it.
+    with anyio.CancelScope(shield=True):
+        await _finish(started, outcome, result, began)
     return result
 
 
@@ -252,7 +262,9 @@ async def run_read(
         raise
     finally:
         LIVE.ended(started.call_id, outcome)
-    if not await _record_read(started, outcome, result, began):
+    with anyio.CancelScope(shield=True):  # as run_audited's finished record
+        recorded = await _record_read(started, outcome, result, began)
+    if not recorded:
         return ToolResult.error(READ_UNRECORDED.format(tool=spec.name))
     return result
 

@@ -46,6 +46,10 @@ class InFlightCalls:
         """Cancel the calls of revoked credentials (`covers(key)`) that started before the revocation."""
         return self._cancel(lambda call: call.started_at < started_before and covers(call.key))
 
+    def cancel_all(self) -> int:
+        """Cancel every running call (the server is stopping). Returns how many."""
+        return self._cancel(lambda call: True)
+
     def _cancel(self, chosen: Callable[[InFlightCall], bool]) -> int:
         calls = [call for call in self._calls if chosen(call)]
         for call in calls:

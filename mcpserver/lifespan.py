@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import signal
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -41,17 +42,24 @@ Hook = Callable[[], Awaitable[None]]
 
 
 class SessionManagerRunner:
-    """Holds the session manager open; runs `on_start` before serving and `on_stop` after the last session closed."""
+    """Holds the session manager open; runs `on_start` before serving, `before_stop` before closing the sessions and
+    `on_stop` after the last session closed."""
 
     def __init__(
-        self, manager: StreamableHTTPSessionManager, on_start: Hook | None = None, on_stop: Hook | None = None
+        self,
+        manager: StreamableHTTPSessionManager,
+        on_start: Hook | None = None,
+        on_stop: Hook | None = None,
+        before_stop: Hook | None = None,
     ) -> None:
         self.manager = manager
         self.on_start = on_start
         self.on_stop = on_stop
+        self.before_stop = before_stop  # while the sessions are still open: answer every request (mcpserver.stopping)
         self._task: asyncio.Task[None] | None = None
         self._ready: asyncio.Event | None = None
         self._stop: asyncio.Event | None = None
+        self._drained = False
 
     @property
     def running(self) -> bool:
@@ -85,9 +93,16 @@ class SessionManagerRunner:
             if self.on_stop is not None:
                 await self.on_stop()
 
+    async def drain(self) -> None:
+        """Run `before_stop` (once) while the sessions are still open."""
+        if self.before_stop is not None and self.running and not self._drained:
+            self._drained = True
+            await self.before_stop()
+
     async def stop(self) -> None:
         if self._task is None or self._stop is None:
             return
+        await self.drain()
         self._stop.set()
         await self._task
 
@@ -100,6 +115,26 @@ def install_reactor_hooks(runner: SessionManagerRunner) -> bool:
 
     def start() -> None:
         asyncio.ensure_future(runner.ensure_started())
+        # After Twisted's own handlers (callWhenRunning runs once they are installed): a stop signal first lets
+        # every request in be answered, then stops the reactor. Twisted's handler would stop it at once, and
+        # Daphne's shut-down trigger cancels every request it still has, answered or not.
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, on_stop_signal)
+
+    draining: list[asyncio.Task[None]] = []
+    # Twisted declares its interfaces' methods without `self` (zope.interface); see the trigger below.
+    stop_reactor: Callable[[], None] = reactor.stop  # type: ignore[misc]
+
+    def on_stop_signal(signum: int, frame: object) -> None:
+        reactor.callFromThread(begin_stop)  # out of the signal handler, onto the reactor's loop
+
+    def begin_stop() -> None:
+        if draining:  # a second signal: stop now
+            stop_reactor()
+            return
+        task = asyncio.ensure_future(runner.drain())
+        task.add_done_callback(lambda _: stop_reactor())
+        draining.append(task)
 
     def stop() -> defer.Deferred[Any]:
         return defer.Deferred.fromFuture(asyncio.ensure_future(runner.stop()))

@@ -7,7 +7,7 @@ view, the revocation receiver). Building another application, after `override_se
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -20,6 +20,7 @@ from mcpserver.executor.remote import RemoteExecutor
 from mcpserver.limits import CallLimit, ConcurrencyLimiter, RateLimiter, RequestLimit
 from mcpserver.sessions import SessionLedger
 from mcpserver.shared_limits import SharedConcurrencyLimiter, SharedRateLimiter, SharedSessionLedger, connect
+from mcpserver.stopping import ServerStop
 
 
 @dataclass
@@ -36,6 +37,8 @@ class Services:
     database: DatabaseHealth
     # Where several workers count their limits together (SANDSTORM_REDIS_URL), for /health; None: this process alone.
     redis: Redis | None = None
+    # Set when /mcp stops: new requests are refused, running calls answer that the server is stopping.
+    stop: ServerStop = field(default_factory=ServerStop)
 
 
 def build_executor() -> tuple[RemoteExecutor, ExecutorChild | None]:

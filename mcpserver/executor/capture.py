@@ -179,6 +179,8 @@ class ProgressRelay:
             text, self._pending = self._pending, ""
             try:
                 await self._listener(text)
+            except ConnectionError:
+                return  # the listener's connection is gone (its call was cancelled, the server stopped)
             except Exception:  # a progress listener must never kill the command
                 logger.exception("output listener failed")
             await asyncio.sleep(PROGRESS_INTERVAL)
