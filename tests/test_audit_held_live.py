@@ -4,11 +4,15 @@ record from the spill file, so the call is recorded as it ended (not as interrup
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import signal
 import sqlite3
+import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -90,3 +94,85 @@ def test_a_finished_record_refused_by_a_lock_survives_a_kill_and_is_written_by_t
         assert log.count("Traceback") == 0
     finally:
         server.stop()
+
+
+@pytest.fixture
+def small_state_dir(tmp_path: Path) -> Iterator[Path]:
+    """A state dir on a 64 MiB tmpfs of its own (root only), for a disk that fills up."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root (CI runs as root)")
+    mount = tmp_path / "state"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m,mode=0700", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(directory: Path) -> Path:
+    filler = directory / "filler"
+    with filler.open("wb") as out:
+        try:
+            while True:
+                out.write(b"\0" * (1 << 20))
+                out.flush()
+        except OSError as error:
+            assert error.errno == errno.ENOSPC
+    return filler
+
+
+def test_calls_running_when_the_disk_fills_keep_their_results_and_their_records(
+    tmp_path: Path, small_state_dir: Path
+) -> None:
+    server = make_server(tmp_path / "server", SANDSTORM_STATE_DIR=str(small_state_dir))
+    server.start()
+    marker = uuid.uuid4().hex
+    answers: list[str] = []
+    filler: list[Path] = []
+
+    async def calls_while_the_disk_fills() -> None:
+        async with anyio.create_task_group() as group:
+            for number in range(5):
+
+                async def call(number: int = number) -> None:
+                    async with mcp_client(server.mcp_url, server.token) as client:
+                        command = f"sleep 2; echo {marker}-{number}"
+                        answers.append(text_of(await client.call_tool("terminal_exec", {"command": command})))
+
+                group.start_soon(call)
+            await anyio.to_thread.run_sync(
+                lambda: poll(lambda: len(rows_with(server, marker)) >= 5, 15, what="the calls to start")
+            )
+            filler.append(fill(small_state_dir))  # before the commands end: their finished records meet it
+
+    try:
+        anyio.run(calls_while_the_disk_fills)
+        assert sorted(answers) == [f"stdout:\n{marker}-{number}\n\nexit_code: 0" for number in range(5)]
+        filler[0].unlink()  # the admin makes room
+        poll(lambda: health(server)[0] == 200, 30, what="the held records to be written")
+        rows = rows_with(server, marker)
+        assert sorted(str(row["kind"]) for row in rows) == ["call.finished"] * 5 + ["call.started"] * 5
+        assert {row["outcome"] for row in rows if row["kind"] == "call.finished"} == {"ok"}
+        assert "OK" in server.manage("audit_verify").stdout
+        log = server.log()
+        assert "Traceback" not in log
+        # The first finished record met the full disk and was held (spilled into the ballast's room), then written.
+        assert log.count("the database refused the finished record") == 1
+        assert "held finished record(s) written" in log
+    finally:
+        if filler and filler[0].exists():
+            filler[0].unlink()
+        server.stop()
+
+
+def rows_with(server: LiveServer, marker: str) -> list[dict[str, object]]:
+    """Both records of every call whose command mentions `marker`."""
+    sql = "SELECT call_id FROM audit_auditrecord WHERE kind='call.started' AND CAST(arguments AS TEXT) LIKE %s"
+    ids = [row["call_id"] for row in server.database.query(sql, f"%{marker}%")]
+    rows: list[dict[str, object]] = []
+    for call_id in ids:
+        rows += [
+            dict(row) for row in server.database.query("SELECT * FROM audit_auditrecord WHERE call_id=%s", call_id)
+        ]
+    return rows
