@@ -69,18 +69,21 @@ async def test_sigterm_under_load_answers_every_call_with_its_result_or_the_stop
             return
 
     began = time.monotonic()
-    async with anyio.create_task_group() as group:
-        for number in range(SLEEPERS):
-            group.start_soon(sleeper, number)
-        for number in range(LOOPERS):
-            group.start_soon(looper, number)
-        await apoll(lambda: len(live_pids_with(f"{prefix}-s")) >= SLEEPERS, 30, "every sleeper's command to run")
-        await apoll(lambda: len(seen_results) >= LOOPERS, 30, "the loopers to be calling")
-        assert server.process is not None
-        stopped_at = time.monotonic()
-        server.process.send_signal(signal.SIGTERM)
-        exit_code = await anyio.to_thread.run_sync(server.process.wait, 30)
-        stop_took = time.monotonic() - stopped_at
+    try:
+        async with anyio.create_task_group() as group:
+            for number in range(SLEEPERS):
+                group.start_soon(sleeper, number)
+            for number in range(LOOPERS):
+                group.start_soon(looper, number)
+            await apoll(lambda: len(live_pids_with(f"{prefix}-s")) >= SLEEPERS, 30, "every sleeper's command to run")
+            await apoll(lambda: len(seen_results) >= LOOPERS, 30, "the loopers to be calling")
+            assert server.process is not None
+            stopped_at = time.monotonic()
+            server.process.send_signal(signal.SIGTERM)
+            exit_code = await anyio.to_thread.run_sync(server.process.wait, 30)
+            stop_took = time.monotonic() - stopped_at
+    finally:
+        server.stop(signal.SIGKILL)  # a test that failed before the stop leaves no server behind
     assert exit_code == 0, server.log()[-3000:]
     assert stop_took < 15
     assert sleeper_answers == [(STOPPING_CODE, CALL_STOPPED)] * SLEEPERS
