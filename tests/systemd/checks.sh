@@ -150,6 +150,33 @@ check_socket_activation() {
     echo "stopped $EXECUTOR.service; the next terminal_exec started it through its socket (ran as $who)"
 }
 
+# A restart of the server refuses no request: while one server stops and the next starts, requests wait in the
+# socket's queue (a stopping server neither shuts the socket down nor removes its file), and no unit fails.
+check_server_restart_refuses_nothing() {
+    local statuses="$STATE/restart-statuses" poller restarts_before codes
+    : >"$statuses"
+    restarts_before="$(systemctl show -P NRestarts "$SERVICE.service")"
+    (
+        end=$((SECONDS + 25))
+        while [ "$SECONDS" -lt "$end" ]; do
+            https_status /health >>"$statuses"
+            echo >>"$statuses"
+            sleep 0.1
+        done
+    ) &
+    poller=$!
+    sleep 3
+    systemctl restart "$SERVICE.service"
+    wait "$poller"
+    codes="$(sort "$statuses" | uniq -c | tr -s ' ' | tr '\n' ';')"
+    [ "$(grep -vc '^200$' "$statuses")" -eq 0 ] || fail "requests during the restart were refused: $codes"
+    systemctl is-active --quiet "$SERVICE.socket" || fail "$SERVICE.socket is not active after the restart"
+    [ "$(systemctl show -P NRestarts "$SERVICE.service")" = "$restarts_before" ] ||
+        fail "$SERVICE.service crashed and was restarted by systemd: $(journalctl -u "$SERVICE" -n 20 --no-pager)"
+    [ -S "$DAPHNE_SOCKET" ] || fail "$DAPHNE_SOCKET is gone"
+    echo "systemctl restart $SERVICE under requests through Caddy: every answer 200 ($codes), the socket kept"
+}
+
 check_background_survives_restart() {
     local pid user
     pid="$(mcp background 'sleep 600')" || fail "$pid"

@@ -221,6 +221,7 @@ main() {
     check agent_locked_out
     check second_install_changes_nothing
     check socket_activation
+    check server_restart_refuses_nothing
     check background_survives_restart
     check background_followed_across_restarts
     check toolkit_search

@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -35,11 +36,11 @@ class Command(BaseCommand):
         run_before_start(options["accept_audit_loss"], self.stderr)  # before Daphne opens the database
         if options["systemd_socket"]:
             require_systemd_socket()
-            # Twisted's systemd endpoint adopts it. Importing Daphne (Django's app loading) had Twisted take
-            # LISTEN_PID, LISTEN_FDS and LISTEN_FDNAMES out of this process's environment: they are put back for
-            # the Daphne exec'd below, which is this same process (same pid).
-            os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS="1", LISTEN_FDNAMES="daphne")
-            where = ["--proxy-headers", "-e", "systemd:domain=UNIX:index=0"]
+            # Served without Twisted taking the socket over, so a stop leaves it listening for the next server
+            # (mcpserver/inherited_socket.py); the endpoint's parser is a Twisted plugin found on this path.
+            plugins = str(Path(settings.BASE_DIR) / "mcpserver" / "twisted_plugins")
+            os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (plugins, os.environ.get("PYTHONPATH"))))
+            where = ["--proxy-headers", "-e", f"sandstorm-inherited:fd={SYSTEMD_FIRST_FD}"]
         elif options["unix_socket"]:
             where = ["--proxy-headers", "-u", options["unix_socket"]]
         else:
