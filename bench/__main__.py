@@ -3,6 +3,7 @@
 .venv/bin/python -m bench                 the full run (1,000,000 audit records for the admin section)
 .venv/bin/python -m bench --quick         a smoke run: fewer calls, 10,000 audit records
 .venv/bin/python -m bench --compare REF   this tree against git REF, both measured in turns in one run
+.venv/bin/python -m bench --scale-only    section 8 alone (scale, issue 20)
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from typing import Any
 
 # The bench measures the default setup, SQLite: its cached, seeded databases are SQLite files. (tests/live.py gives
 # each server a PostgreSQL database of its own when DATABASE_URL is set, so it must go before that is imported.)
-os.environ.pop("DATABASE_URL", None)
+# Section 8's two-workers figure alone runs on PostgreSQL, in databases it makes on this server.
+POSTGRES_URL = os.environ.pop("DATABASE_URL", "").strip()
 
-from bench import compare, sections, toolkit_edit, toolkit_grep, toolkit_output  # noqa: E402
+from bench import compare, scale, sections, toolkit_edit, toolkit_grep, toolkit_output  # noqa: E402
 from bench import policy as bench_policy  # noqa: E402
 from bench.hop import executor_hop  # noqa: E402
 from bench.report import label_throughput, machine_line, sequential, table, targets  # noqa: E402
@@ -47,6 +49,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--output", type=Path, help="the JSON results (default: <cache>/latest.json)")
     parser.add_argument("--keep", action="store_true", help="keep the servers' temporary directories")
+    parser.add_argument("--scale-only", action="store_true", help="only section 8, scale (issue 20)")
     parser.add_argument("--compare", metavar="REF", help="measure this tree against git REF (checked out into a temporary "
                         "worktree, run with this virtualenv), in turns; exits 1 if a ratio got more than 10%% worse")  # fmt: skip
     return parser.parse_args(argv)
@@ -95,6 +98,25 @@ async def call_sections(server: BenchServer, sizes: sections.Sizes) -> dict[str,
     }
 
 
+def server_sections(scratch: Path, base: Path, seeded: Path, sizes: sections.Sizes, records: int) -> dict[str, Any]:
+    """Sections 1 to 5 and 7 on a server on the migrated database, then section 6 on one on the seeded records."""
+    results: dict[str, Any] = {}
+    server = start_server(scratch / "calls", base, SERVER_SETTINGS)
+    log(f"bench: server started, pid {server.process.pid if server.process else '?'}")
+    try:
+        results.update(asyncio.run(call_sections(server, sizes)))
+    finally:
+        server.stop()
+        log("bench: server stopped")
+    server = start_server(scratch / "admin", seeded, SERVER_SETTINGS)
+    log(f"bench: server on {records:,} audit records started")
+    try:
+        results["admin"] = asyncio.run(sections.admin_section(server, sizes, records))
+    finally:
+        server.stop()
+    return results
+
+
 def run(options: argparse.Namespace) -> dict[str, Any]:
     sizes = sections.Sizes.quick() if options.quick else sections.Sizes()
     records = options.records or (10_000 if options.quick else 1_000_000)
@@ -106,23 +128,16 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
         "sizes": sizes.__dict__,
     }
     began = time.monotonic()
-    seeded = seeded_state(options.cache, records, log)  # first: an older seeded database is migrated, not reseeded
+    # First: an older seeded database is migrated, not reseeded.
+    seeded = None if options.scale_only else seeded_state(options.cache, records, log)
     base = base_state(options.cache, log)
     scratch = Path(tempfile.mkdtemp(prefix="sandstorm-bench-"))
     try:
-        server = start_server(scratch / "calls", base, SERVER_SETTINGS)
-        log(f"bench: server started, pid {server.process.pid if server.process else '?'}")
-        try:
-            results.update(asyncio.run(call_sections(server, sizes)))
-        finally:
-            server.stop()
-            log("bench: server stopped")
-        server = start_server(scratch / "admin", seeded, SERVER_SETTINGS)
-        log(f"bench: server on {records:,} audit records started")
-        try:
-            results["admin"] = asyncio.run(sections.admin_section(server, sizes, records))
-        finally:
-            server.stop()
+        if seeded is not None:
+            results.update(server_sections(scratch, base, seeded, sizes, records))
+        scale_sizes = scale.ScaleSizes.quick() if options.quick else scale.ScaleSizes()
+        results["scale"] = scale.measure(sizes, scale_sizes, base, scratch / "scale", POSTGRES_URL)
+        results["scale"]["sizes"] = scale_sizes.__dict__
     finally:
         if options.keep:
             log(f"bench: kept {scratch}")

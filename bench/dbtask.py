@@ -3,6 +3,7 @@ costs seconds here, so each job does all it can at once).
 
     python -m bench.dbtask prepare                 bootstrap, then the admin's password from SANDSTORM_ADMIN_PASSWORD
     python -m bench.dbtask audit-check SESSION...  JSON: the records of each session by kind, and audit_verify's verdict
+    python -m bench.dbtask tokens PREFIX COUNT     JSON: COUNT new bearer tokens of the admin (PREFIX-1...), their secrets
     python -m bench.dbtask seed COUNT [--batch N] [--random-seed S]
                                                    COUNT fake, correctly chained audit records (bench/seed.py)
 """
@@ -46,6 +47,16 @@ def audit_check(sessions: list[str]) -> dict[str, object]:
     return {"counts": counts, "verify_ok": ok, "verify": verdict}
 
 
+def tokens(prefix: str, count: int) -> list[str]:
+    """`count` tokens in one process: `manage.py create_token` costs a Python start-up each (seconds here)."""
+    from django.contrib.auth import get_user_model
+
+    from oauth.tokens import issue_token, shell_actor
+
+    admin = get_user_model().objects.get(username="admin")
+    return [issue_token(admin, f"{prefix}-{number}", by=shell_actor())[1] for number in range(1, count + 1)]
+
+
 def seed(argv: list[str]) -> str:
     from bench.seed import seed as seed_records
 
@@ -67,6 +78,8 @@ def main(argv: list[str]) -> int:
         prepare()
     elif command == "audit-check":
         json.dump(audit_check(args), sys.stdout)
+    elif command == "tokens":
+        json.dump(tokens(args[0], int(args[1])), sys.stdout)
     elif command == "seed":
         print(seed(args))
     else:
