@@ -198,6 +198,17 @@ def audit_loss_accepted(record: AuditRecord, detail: Detail) -> SafeString:
     )
 
 
+def audit_records_held(record: AuditRecord, detail: Detail) -> SafeString:
+    when = "by the next start, from the spill file" if detail.get("replayed") else "once the database took them"
+    return format_html(
+        "the database refused {} for {} s ({}); held, then written {}",
+        counted(_count(detail, "count"), "finished call record"),
+        _count(detail, "held_seconds"),
+        _text(detail, "reason") or "no reason given",
+        when,
+    )
+
+
 REGISTRATION_SOURCES = {"dcr": "by dynamic client registration", "cimd": "through its client metadata document"}
 
 
@@ -458,6 +469,7 @@ SENTENCES: dict[str, Sentence] = {
     "audit.full": audit_full,
     "audit.pruned": audit_pruned,
     "audit.loss_accepted": audit_loss_accepted,
+    "audit.records_held": audit_records_held,
     "oauth.client_registered": client_registered,
     "oauth.consent": consent,
     "oauth.client_revoked": client_revoked,

@@ -88,6 +88,12 @@ SENTENCE_CASES = [
     (record("audit.loss_accepted", SHELL, loss="wal_damaged", problem="the write-ahead log is damaged", chain_restarts_after=4),
      "OS user root, on the command line, accepted the loss of audit records at start-up, the chain going on after "
      "record 4: the write-ahead log is damaged"),
+    (record("audit.records_held", count=3, reason="database is locked", held_seconds=41, replayed=False),
+     "the database refused 3 finished call records for 41 s (database is locked); held, then written once the "
+     "database took them"),
+    (record("audit.records_held", count=1, reason="database or disk is full", held_seconds=600, replayed=True),
+     "the database refused 1 finished call record for 600 s (database or disk is full); held, then written by the "
+     "next start, from the spill file"),
     (record("oauth.client_registered", {"client_address": "203.0.113.4"}, **CLIENT, source="dcr"),
      "client Claude (abc123) registered by dynamic client registration from 203.0.113.4"),
     (record("oauth.client_registered", {}, **CLIENT, source="cimd"),

@@ -89,6 +89,7 @@ async def test_a_refused_finished_record_is_held_then_written_and_health_says_so
         }
         spilled = [json.loads(line) for line in (state / SPILL_NAME).read_text().splitlines()]
         assert [line["outcome"] for line in spilled] == [OUTCOME_OK] * 3
+        assert {line["held_because"] for line in spilled} == {"refused by the test"}
         assert await audit_records(kind=KIND_FINISHED, tool="terminal_exec") == []
     # The database takes records again: the held ones are written, in order, by the retries.
     with anyio.fail_after(DEADLINE):
@@ -100,6 +101,10 @@ async def test_a_refused_finished_record_is_held_then_written_and_health_says_so
     assert [record.outcome for record in finished] == [OUTCOME_OK] * 3
     assert all(record.result_sha256 for record in finished)
     assert not (state / SPILL_NAME).exists()
+    (held_event,) = await audit_records(event="audit.records_held")
+    assert held_event.id == finished[-1].id + 1 and held_event.detail is not None
+    assert (held_event.detail["count"], held_event.detail["reason"]) == (3, "refused by the test")
+    assert held_event.detail["replayed"] is False
     assert (await health(server))[0] == 200
     assert await sync_to_async(lambda: log.verify().ok)()
     held_lines = [record for record in caplog.records if record.name == "audit.log.held"]
@@ -114,7 +119,7 @@ def test_the_next_start_writes_what_the_spill_file_holds_and_those_calls_are_not
     record = finished_record(started, OUTCOME_OK, result_text="spilled\n", exit_code=0, duration_ms=5)
     # A process that held it, spilled it and was then killed.
     keeper = HeldRecords(tmp_path)
-    keeper._spill_one(record)  # noqa: SLF001 - what hold() does first, without a loop to retry on
+    keeper._spill_one(record, "database is locked")  # noqa: SLF001 - what hold() does first, without a loop
     with (tmp_path / SPILL_NAME).open("a") as spill:
         spill.write('{"kind": "call.fini')  # a line cut short by the kill
     assert replay_spill(tmp_path) == 1
@@ -122,9 +127,13 @@ def test_the_next_start_writes_what_the_spill_file_holds_and_those_calls_are_not
     (finished,) = AuditRecord.objects.filter(kind=KIND_FINISHED, started_id=started.id)
     assert (finished.outcome, finished.exit_code, finished.call_id) == (OUTCOME_OK, 0, started.call_id)
     assert not (tmp_path / SPILL_NAME).exists()
+    (held_event,) = AuditRecord.objects.filter(event="audit.records_held")
+    assert held_event.id == finished.id + 1 and held_event.detail is not None
+    assert held_event.detail["count"] == 1 and held_event.detail["replayed"] is True
+    assert held_event.detail["reason"] == "database is locked"
     assert log.verify().ok
     # Replayed twice (a second start before the file was removed) writes nothing twice.
-    keeper._spill_one(record)  # noqa: SLF001
+    keeper._spill_one(record, "database is locked")  # noqa: SLF001
     assert replay_spill(tmp_path) == 0
 
 

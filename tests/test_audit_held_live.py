@@ -87,6 +87,9 @@ def test_a_finished_record_refused_by_a_lock_survives_a_kill_and_is_written_by_t
         assert (rows[1]["outcome"], rows[1]["exit_code"]) == ("ok", 0)
         assert marker in str(rows[1]["result_excerpt"])
         assert not (server.state_dir / "audit_spill.jsonl").exists()
+        (event,) = server.database.query("SELECT detail FROM audit_auditrecord WHERE event = 'audit.records_held'")
+        detail = json.loads(str(event["detail"]))
+        assert (detail["count"], detail["replayed"], detail["reason"]) == (1, True, "database is locked")
         assert health(server)[0] == 200
         assert "OK" in server.manage("audit_verify").stdout
         log = server.log()

@@ -6,7 +6,9 @@ the database refuses is held: kept in memory and appended at once, one JSON line
 takes it; the spill file is emptied once nothing is held. The next start writes what a spill file still holds
 before anything else (`replay_spill`), so those calls are not taken for interrupted ones.
 
-Meanwhile `/health` answers 503 with the reason, and the server log gets one line when the first record is held and
+The held records are written together with a security event, `audit.records_held` (how many, why, for how long,
+and whether the next start wrote them), so the log itself says they were late and why. Meanwhile `/health` answers
+503 with the reason, and the server log gets one line when the first record is held and
 one line with a count while records stay held, never a traceback per call. A disk too full for the spill file too
 gets room from a ballast file kept beside it, deleted at that moment. A record that the process stops holding,
 having reached neither the database nor the spill file, is lost: that is logged with its call id and the reason.
@@ -27,7 +29,9 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError
+from django.utils import timezone
 
+from audit.log.records import event_record
 from audit.log.refusals import reason_of
 from audit.log.writer import current
 from audit.models import KIND_FINISHED, AuditRecord
@@ -44,19 +48,31 @@ _SPILLED = tuple(
 )
 
 
-def _to_json(record: AuditRecord) -> str:
+HELD_BECAUSE = "held_because"  # beside a spilled record's fields: why the database refused it
+
+
+def _to_json(record: AuditRecord, reason: str) -> str:
     values: dict[str, Any] = {name: getattr(record, name) for name in _SPILLED}
     values["created_at"] = record.created_at.isoformat()
+    values[HELD_BECAUSE] = reason
     return json.dumps(values, ensure_ascii=True, separators=(",", ":"))
 
 
-def _from_json(line: str) -> AuditRecord:
+def _from_json(line: str) -> tuple[AuditRecord, str]:
     values = json.loads(line)
+    reason = str(values.pop(HELD_BECAUSE, ""))
     values["created_at"] = datetime.fromisoformat(values["created_at"])
     unknown = set(values) - set(_SPILLED)
     if unknown:
         raise ValueError(f"unknown fields {sorted(unknown)}")
-    return AuditRecord(**values)
+    return AuditRecord(**values), reason
+
+
+def held_event(count: int, reason: str, held_seconds: float, *, replayed: bool) -> AuditRecord:
+    """The security event written with held records, in their transaction: the log says they were held, and why."""
+    return event_record(
+        "audit.records_held", count=count, reason=reason, held_seconds=round(held_seconds), replayed=replayed
+    )
 
 
 class HeldRecords:
@@ -69,7 +85,8 @@ class HeldRecords:
         self._lock = threading.Lock()
         self._held: list[AuditRecord] = []
         self._unspilled: set[int] = set()  # id() of held records the spill file could not take
-        self._error = ""
+        self._error = ""  # the database's latest refusal
+        self._first_error = ""  # the refusal that began the hold, for its event
         self._since = 0.0
         self._reported = 0.0
         self._retrying: asyncio.Task[None] | None = None
@@ -98,7 +115,8 @@ class HeldRecords:
             self._error = reason
             if first:
                 self._since = self._reported = time.monotonic()
-        if not self._spill_one(record):
+                self._first_error = reason
+        if not self._spill_one(record, reason):
             with self._lock:
                 self._unspilled.add(id(record))
         if first:
@@ -134,7 +152,7 @@ class HeldRecords:
         if not batch:
             return True
         try:
-            await current().awrite_together(lambda: batch)
+            await current().awrite_together(lambda: [*batch, self._event(len(batch))])
         except DatabaseError as error:
             with self._lock:
                 self._error = reason_of(error)
@@ -149,13 +167,18 @@ class HeldRecords:
         if not batch:
             return True
         try:
-            current().write_all(batch)
+            current().write_all([*batch, self._event(len(batch))])
         except DatabaseError as error:
             with self._lock:
                 self._error = reason_of(error)
             return False
         self._written(batch)
         return True
+
+    def _event(self, count: int) -> AuditRecord:
+        with self._lock:
+            reason, since = self._first_error, self._since
+        return held_event(count, reason, time.monotonic() - since, replayed=False)
 
     def _written(self, batch: Sequence[AuditRecord]) -> None:
         with self._lock:
@@ -190,7 +213,7 @@ class HeldRecords:
         with self._lock:
             unspilled = [record for record in self._held if id(record) in self._unspilled]
             error = self._error
-        lost = [record for record in unspilled if not self._spill_one(record)]
+        lost = [record for record in unspilled if not self._spill_one(record, error)]
         if len(lost) < len(self._held):
             logger.error(
                 "audit: %d finished record(s) held at shut-down are in %s; the next start writes them",
@@ -220,8 +243,8 @@ class HeldRecords:
             logger.warning("audit: could not make the spill file's ballast %s: %s", self._ballast, error)
             self._ballast.unlink(missing_ok=True)
 
-    def _spill_one(self, record: AuditRecord) -> bool:
-        line = (_to_json(record) + "\n").encode()
+    def _spill_one(self, record: AuditRecord, reason: str) -> bool:
+        line = (_to_json(record, reason) + "\n").encode()
         for attempt in range(2):
             try:
                 self._append(line)
@@ -258,24 +281,30 @@ def replay_spill(state_dir: Path) -> int:
     spill = state_dir / SPILL_NAME
     if not spill.exists():
         return 0
-    records = []
+    records, reasons = [], []
     for number, line in enumerate(spill.read_text(encoding="ascii", errors="replace").splitlines(), 1):
         if not line.strip():
             continue
         try:
-            records.append(_from_json(line))
+            record, reason = _from_json(line)
         except (ValueError, TypeError) as error:  # a line cut short by a crash mid-write: the rest is whole
             logger.error("audit: skipped line %d of %s, which is not a whole record: %s", number, spill, error)
+            continue
+        records.append(record)
+        reasons.append(reason)
     finished = set(
         AuditRecord.objects.filter(
             kind=KIND_FINISHED, started_id__in=[record.started_id for record in records]
         ).values_list("started_id", flat=True)
     )
     pending = [record for record in records if record.started_id not in finished]
-    try:
-        current().write_all(pending)
-    except IntegrityError:  # finished meanwhile by another server process replaying the same file
-        pending = []
+    if pending:
+        held_for = (timezone.now() - min(record.created_at for record in pending)).total_seconds()
+        event = held_event(len(pending), reasons[0] if reasons else "", held_for, replayed=True)
+        try:
+            current().write_all([*pending, event])
+        except IntegrityError:  # finished meanwhile by another server process replaying the same file
+            pending = []
     spill.unlink()
     if pending:
         logger.warning("audit: wrote %d finished record(s) held in %s before the last stop", len(pending), spill)
