@@ -212,7 +212,9 @@ class Housekeeping:
     async def start(self) -> None:
         await sync_to_async(register_instance, thread_sensitive=False)(INSTANCE_ID)
         # First the finished records the last run held in its spill file: their calls were not interrupted.
-        await sync_to_async(replay_spill, thread_sensitive=False)(Path(settings.STATE_DIR))
+        await sync_to_async(replay_spill, thread_sensitive=False)(
+            Path(settings.STATE_DIR), settings.WORKER, settings.WORKERS
+        )
         held().prepare()
         await sync_to_async(recover_interrupted, thread_sensitive=False)(INSTANCE_ID)
         await sync_to_async(log_chain_head, thread_sensitive=False)()

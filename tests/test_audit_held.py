@@ -137,6 +137,27 @@ def test_the_next_start_writes_what_the_spill_file_holds_and_those_calls_are_not
     assert replay_spill(tmp_path) == 0
 
 
+def test_each_worker_replays_its_own_spill_file_and_worker_1_those_of_workers_no_longer_run(
+    tmp_path: Path, transactional_db: None
+) -> None:
+    def spilled_by(worker: int) -> AuditRecord:
+        started = call_started(ACTOR, "terminal_exec", {"command": f"echo {worker}"}, f"worker-{worker}")
+        HeldRecords(tmp_path, worker)._spill_one(finished_record(started, OUTCOME_OK), "locked")  # noqa: SLF001
+        return started
+
+    first, second, third = spilled_by(1), spilled_by(2), spilled_by(3)
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        SPILL_NAME,
+        "audit_spill.worker-2.jsonl",
+        "audit_spill.worker-3.jsonl",
+    ]
+    assert replay_spill(tmp_path, worker=2, workers=3) == 1  # its own alone
+    assert replay_spill(tmp_path, worker=1, workers=2) == 2  # its own, and worker 3's: there is no worker 3 now
+    assert sorted(path.name for path in tmp_path.iterdir()) == []
+    for started in (first, second, third):
+        assert AuditRecord.objects.filter(kind=KIND_FINISHED, started_id=started.id).count() == 1
+
+
 async def test_refused_starts_log_one_line_with_a_count_not_a_traceback_each(
     mcp_app: InProcessServer, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -20,6 +20,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -37,7 +38,7 @@ from audit.log.writer import current
 from audit.models import KIND_FINISHED, AuditRecord
 
 logger = logging.getLogger(__name__)
-SPILL_NAME = "audit_spill.jsonl"
+SPILL_NAME = "audit_spill.jsonl"  # worker 1's (the only one without SANDSTORM_WORKERS); worker N's: spill_name(N)
 BALLAST_NAME = "audit_spill.ballast"
 BALLAST_BYTES = 4 * 1024 * 1024
 RETRY_SECONDS = (1.0, 2.0, 5.0)  # between attempts: the first ones quickly, then every 5 s
@@ -68,6 +69,14 @@ def _from_json(line: str) -> tuple[AuditRecord, str]:
     return AuditRecord(**values), reason
 
 
+_WORKER_SPILL = re.compile(r"audit_spill\.worker-(\d+)\.jsonl")
+
+
+def spill_name(worker: int) -> str:
+    """The spill file of worker `worker`: one per worker, so one never replays or removes another's."""
+    return SPILL_NAME if worker == 1 else f"audit_spill.worker-{worker}.jsonl"
+
+
 def held_event(count: int, reason: str, held_seconds: float, *, replayed: bool) -> AuditRecord:
     """The security event written with held records, in their transaction: the log says they were held, and why."""
     return event_record(
@@ -78,8 +87,8 @@ def held_event(count: int, reason: str, held_seconds: float, *, replayed: bool) 
 class HeldRecords:
     """This process's held finished records; see the module's docstring."""
 
-    def __init__(self, state_dir: Path, ballast_bytes: int = BALLAST_BYTES) -> None:
-        self._spill = state_dir / SPILL_NAME
+    def __init__(self, state_dir: Path, worker: int = 1, ballast_bytes: int = BALLAST_BYTES) -> None:
+        self._spill = state_dir / spill_name(worker)
         self._ballast = state_dir / BALLAST_NAME
         self._ballast_bytes = ballast_bytes
         self._lock = threading.Lock()
@@ -274,11 +283,19 @@ class HeldRecords:
         self.prepare()
 
 
-def replay_spill(state_dir: Path) -> int:
-    """At start, before interrupted calls are looked for: write the finished records a spill file holds (those whose
-    call has no finished record yet), then remove it. Returns how many were written; raises DatabaseError if the
-    database refuses them (the file is kept)."""
-    spill = state_dir / SPILL_NAME
+def replay_spill(state_dir: Path, worker: int = 1, workers: int = 1) -> int:
+    """At start, before interrupted calls are looked for: write the finished records this worker's spill file holds
+    (those whose call has no finished record yet), then remove it; worker 1 also takes the files of workers beyond
+    `workers` (there are fewer now). Returns how many were written; raises DatabaseError if the database refuses them
+    (the file is kept)."""
+    names = [spill_name(worker)]
+    if worker == 1:
+        others = (_WORKER_SPILL.fullmatch(path.name) for path in state_dir.iterdir())
+        names += sorted(match.group(0) for match in others if match and int(match.group(1)) > workers)
+    return sum(_replay(state_dir / name) for name in names)
+
+
+def _replay(spill: Path) -> int:
     if not spill.exists():
         return 0
     records, reasons = [], []
@@ -318,7 +335,7 @@ def held() -> HeldRecords:
     """This process's held records, in the state dir the settings name."""
     global _current
     if _current is None:
-        _current = HeldRecords(Path(settings.STATE_DIR))
+        _current = HeldRecords(Path(settings.STATE_DIR), settings.WORKER)
     return _current
 
 
