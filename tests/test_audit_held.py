@@ -16,6 +16,7 @@ from pathlib import Path
 import anyio
 import pytest
 from asgiref.sync import sync_to_async
+from django.db import OperationalError
 
 from audit import log
 from audit.instances import recover_interrupted
@@ -24,7 +25,7 @@ from audit.log import held as held_module
 from audit.log.held import SPILL_NAME, HeldRecords, replay_spill
 from audit.models import KIND_FINISHED, OUTCOME_OK, AuditRecord
 from tests.inprocess import InProcessServer, audit_records, new_token, text_of
-from tests.test_audit_reads import database_refuses
+from tests.test_audit_reads import create_trigger, database_refuses, drop_trigger
 
 pytestmark = [pytest.mark.inprocess, pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
 DEADLINE = 30.0
@@ -213,3 +214,26 @@ def test_a_full_disk_gives_the_spill_file_the_room_its_ballast_kept(full_tmpfs: 
     keeper.stop()
     assert keeper.count == 0 and not (full_tmpfs / SPILL_NAME).exists()
     assert AuditRecord.objects.filter(kind=KIND_FINISHED, started_id=started.id).count() == 1
+
+
+def test_a_record_neither_the_database_nor_a_full_disk_takes_is_logged_as_lost_with_the_reason(
+    full_tmpfs: Path, transactional_db: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Nothing can be written on the state dir's disk any more (no ballast left), and the database refuses the
+    # record until the end: the loss goes to the server log, with the call and the database's own error.
+    keeper = HeldRecords(full_tmpfs)
+    fill(full_tmpfs)
+    started = call_started(ACTOR, "file_write", {"path": "x", "content": "y"}, "instance")
+    record = finished_record(started, OUTCOME_OK, result_text="Written 1 bytes", duration_ms=1)
+    caplog.set_level(logging.ERROR, logger="audit.log.held")
+    create_trigger(f"NEW.kind = '{KIND_FINISHED}'")
+    try:
+        keeper.hold(record, OperationalError("database or disk is full"))
+        assert keeper.count == 1 and not (full_tmpfs / SPILL_NAME).read_text()
+        keeper.stop()
+    finally:
+        drop_trigger()
+    lost = [line.getMessage() for line in caplog.records if "LOST" in line.getMessage()]
+    assert len(lost) == 1, [line.getMessage() for line in caplog.records]
+    assert started.call_id in lost[0] and "refused by the test" in lost[0]
+    assert not AuditRecord.objects.filter(kind=KIND_FINISHED, started_id=started.id).exists()

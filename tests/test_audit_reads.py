@@ -60,15 +60,16 @@ def records_now(call_id: str) -> list[AuditRecord]:
 
 @contextlib.asynccontextmanager
 async def database_refuses(condition: str) -> AsyncIterator[None]:
-    """A trigger that makes the database reject every audit record matching `condition` (SQL over NEW)."""
-    await sync_to_async(_create_trigger)(condition)
+    """create_trigger for the block, from async code."""
+    await sync_to_async(create_trigger)(condition)
     try:
         yield
     finally:
-        await sync_to_async(_drop_trigger)()
+        await sync_to_async(drop_trigger)()
 
 
-def _create_trigger(condition: str) -> None:
+def create_trigger(condition: str) -> None:
+    """A trigger that makes the database reject every audit record matching `condition` (SQL over NEW)."""
     table = AuditRecord._meta.db_table
     with connection.cursor() as cursor:
         if connection.vendor == "sqlite":
@@ -87,7 +88,7 @@ def _create_trigger(condition: str) -> None:
             )
 
 
-def _drop_trigger() -> None:
+def drop_trigger() -> None:
     with connection.cursor() as cursor:
         if connection.vendor == "sqlite":
             cursor.execute("DROP TRIGGER test_refuse")
