@@ -7,8 +7,6 @@ from __future__ import annotations
 import errno
 import json
 import logging
-import os
-import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -25,6 +23,7 @@ from audit.log import held as held_module
 from audit.log.held import SPILL_NAME, HeldRecords, replay_spill
 from audit.models import KIND_FINISHED, OUTCOME_OK, AuditRecord
 from tests.inprocess import InProcessServer, audit_records, new_token, text_of
+from tests.small_disk import fill, small_tmpfs
 from tests.test_audit_reads import create_trigger, database_refuses, drop_trigger
 
 pytestmark = [pytest.mark.inprocess, pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
@@ -175,26 +174,9 @@ async def test_refused_starts_log_one_line_with_a_count_not_a_traceback_each(
 
 @pytest.fixture
 def full_tmpfs(tmp_path: Path) -> Iterator[Path]:
-    """A 1 MiB tmpfs (root only), for a disk that fills up."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root (CI runs as root)")
-    mount = tmp_path / "small"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], check=True)
-    try:
+    """A 1 MiB tmpfs, for a disk that fills up."""
+    with small_tmpfs(tmp_path / "small", "1m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def fill(directory: Path) -> None:
-    with (directory / "filler").open("wb") as filler:
-        try:
-            while True:
-                filler.write(b"\0" * 65536)
-                filler.flush()
-        except OSError as error:
-            assert error.errno == errno.ENOSPC
 
 
 def test_a_full_disk_gives_the_spill_file_the_room_its_ballast_kept(full_tmpfs: Path, transactional_db: None) -> None:

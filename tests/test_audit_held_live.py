@@ -4,12 +4,9 @@ record from the spill file, so the call is recorded as it ended (not as interrup
 
 from __future__ import annotations
 
-import errno
 import json
-import os
 import signal
 import sqlite3
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,6 +18,7 @@ import pytest
 
 from tests.database import requires_sqlite
 from tests.live import LiveServer, make_server, mcp_client, poll, text_of
+from tests.small_disk import fill, small_tmpfs
 
 pytestmark = [pytest.mark.live, requires_sqlite]
 BUSY_TIMEOUT = 30  # seconds: sandstorm_site/settings.py's SQLite "timeout"
@@ -101,28 +99,9 @@ def test_a_finished_record_refused_by_a_lock_survives_a_kill_and_is_written_by_t
 
 @pytest.fixture
 def small_state_dir(tmp_path: Path) -> Iterator[Path]:
-    """A state dir on a 64 MiB tmpfs of its own (root only), for a disk that fills up."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root (CI runs as root)")
-    mount = tmp_path / "state"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m,mode=0700", "tmpfs", str(mount)], check=True)
-    try:
+    """A state dir on a 64 MiB tmpfs of its own, for a disk that fills up."""
+    with small_tmpfs(tmp_path / "state", "64m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def fill(directory: Path) -> Path:
-    filler = directory / "filler"
-    with filler.open("wb") as out:
-        try:
-            while True:
-                out.write(b"\0" * (1 << 20))
-                out.flush()
-        except OSError as error:
-            assert error.errno == errno.ENOSPC
-    return filler
 
 
 def test_calls_running_when_the_disk_fills_keep_their_results_and_their_records(

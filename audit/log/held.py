@@ -156,40 +156,40 @@ class HeldRecords:
 
     async def write_held(self) -> bool:
         """Try once to write every held record, in order; True if none is held any more."""
-        with self._lock:
-            batch = list(self._held)
+        batch = self._with_event()
         if not batch:
             return True
         try:
-            await current().awrite_together(lambda: [*batch, self._event(len(batch))])
+            await current().awrite_together(lambda: batch)
         except DatabaseError as error:
-            with self._lock:
-                self._error = reason_of(error)
-            return False
-        self._written(batch)
-        return True
+            return self._refused(error)
+        return self._written(batch[:-1])
 
     def write_held_now(self) -> bool:
         """write_held for a caller without an event loop (the shut-down); True if none is held any more."""
-        with self._lock:
-            batch = list(self._held)
+        batch = self._with_event()
         if not batch:
             return True
         try:
-            current().write_all([*batch, self._event(len(batch))])
+            current().write_all(batch)
         except DatabaseError as error:
-            with self._lock:
-                self._error = reason_of(error)
-            return False
-        self._written(batch)
-        return True
+            return self._refused(error)
+        return self._written(batch[:-1])
 
-    def _event(self, count: int) -> AuditRecord:
+    def _with_event(self) -> list[AuditRecord]:
+        """The held records and, last, the event that says they were held; empty if none is held."""
         with self._lock:
-            reason, since = self._first_error, self._since
-        return held_event(count, reason, time.monotonic() - since, replayed=False)
+            batch, reason, since = list(self._held), self._first_error, self._since
+        if not batch:
+            return []
+        return [*batch, held_event(len(batch), reason, time.monotonic() - since, replayed=False)]
 
-    def _written(self, batch: Sequence[AuditRecord]) -> None:
+    def _refused(self, error: BaseException) -> bool:
+        with self._lock:
+            self._error = reason_of(error)
+        return False
+
+    def _written(self, batch: Sequence[AuditRecord]) -> bool:
         with self._lock:
             written = {id(record) for record in batch}
             self._held = [record for record in self._held if id(record) not in written]
@@ -199,6 +199,7 @@ class HeldRecords:
         logger.warning("audit: %d held finished record(s) written after %.0f s", len(batch), held_for)
         if empty:
             self._empty_spill()
+        return empty
 
     def _report(self) -> None:
         now = time.monotonic()
