@@ -22,27 +22,17 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 
 from audit import log
-from audit.log import Actor
 from audit.models import KIND_FINISHED, KIND_STARTED, OUTCOME_CANCELLED, OUTCOME_OK, AuditRecord
 from mcpserver import dispatch
 from mcpserver.call import ToolCall
 from mcpserver.executor.remote import RemoteExecutor
 from mcpserver.registry import TOOLS, ToolSpec
 from mcpserver.results import ToolResult
-from oauth.credentials import Principal
 from tests.inprocess import InProcessServer, audit_records, new_token, text_of
+from tests.test_dispatch_cancel import ACTOR, PRINCIPAL
 
 pytestmark = [pytest.mark.inprocess, pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
 
-ACTOR = Actor(username="agent", credential_kind="bearer", credential_id="1")
-PRINCIPAL = Principal(
-    user_id=1,
-    username="agent",
-    credential_kind="bearer",
-    credential_id=1,
-    credential_name="t",
-    scopes=frozenset({"mcp"}),
-)
 READS = sorted(name for name, spec in TOOLS.items() if spec.read_only)
 OTHERS = sorted(name for name, spec in TOOLS.items() if not spec.read_only)
 
