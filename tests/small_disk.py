@@ -28,11 +28,12 @@ def small_tmpfs(mount: Path, size: str) -> Iterator[Path]:
 def fill(directory: Path) -> Path:
     """Write a file in `directory` until its disk is full; returns the file (removing it makes room again)."""
     filler = directory / "filler"
-    with filler.open("wb") as out:
+    # Unbuffered: a buffered writer keeps the bytes a short write left over and raises ENOSPC again on close.
+    with filler.open("wb", buffering=0) as out:
         try:
             while True:
                 out.write(b"\0" * 65536)
-                out.flush()
         except OSError as error:
             assert error.errno == errno.ENOSPC
+    assert os.statvfs(directory).f_bavail == 0
     return filler
