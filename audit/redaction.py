@@ -33,19 +33,43 @@ QUOTED_LITERAL = re.compile(r"[A-Za-z0-9_.+/=:@%\- !#,^]+")
 # The value after a name: its inside if quoted (the quotes stay), else the run up to a blank, quote or separator.
 _VALUE = r"""(?:"(?P<dq>[^"\n]*)"|'(?P<sq>[^'\n]*)'|(?P<bare>[^\s,;&|'"]+))"""
 
-_PATTERNS: list[re.Pattern[str]] = [
+
+@dataclass(frozen=True)
+class _Pattern:
+    regex: re.Pattern[str]
+    # In ASCII text the regex can match only where the lowered text holds a string of each group. Outside ASCII,
+    # case-insensitive matching also takes letters lower() keeps (the Kelvin sign for K, the long s for s).
+    needs: tuple[tuple[str, ...], ...]
+
+    def may_match(self, lowered: str | None) -> bool:
+        return lowered is None or all(any(part in lowered for part in group) for group in self.needs)
+
+
+_SECRET_WORDS = ("token", "secret", "pass", "key", "credential")
+_PATTERNS: list[_Pattern] = [
     # user:password@ (or a token as the user) in URLs
-    re.compile(r"(?i)\b[a-z][a-z0-9+.\-]*://(?P<bare>[^/\s@:]+(?::[^/\s@]*)?)@"),
+    _Pattern(re.compile(r"(?i)\b[a-z][a-z0-9+.\-]*://(?P<bare>[^/\s@:]+(?::[^/\s@]*)?)@"), (("://",), ("@",))),
     # Authorization headers, whatever the scheme
-    re.compile(r"(?i)\bauthorization[ \t]*[:=][ \t]*(?:(?:bearer|basic|token|digest)[ \t]+)?(?P<bare>[^\s'\"]+)"),
+    _Pattern(
+        re.compile(r"(?i)\bauthorization[ \t]*[:=][ \t]*(?:(?:bearer|basic|token|digest)[ \t]+)?(?P<bare>[^\s'\"]+)"),
+        (("authorization",),),
+    ),
     # bearer-looking tokens anywhere
-    re.compile(r"(?i)\bbearer[ \t]+(?P<bare>[A-Za-z0-9._+/=\-]{8,})"),
+    _Pattern(re.compile(r"(?i)\bbearer[ \t]+(?P<bare>[A-Za-z0-9._+/=\-]{8,})"), (("bearer",),)),
     # well-known token formats
-    re.compile(r"\b(?:sst_|ghp_|gho_|ghu_|ghs_|github_pat_|glpat-|xox[abpr]-|sk-|npm_)(?P<bare>[A-Za-z0-9_\-]{10,})"),
+    _Pattern(
+        re.compile(
+            r"\b(?:sst_|ghp_|gho_|ghu_|ghs_|github_pat_|glpat-|xox[abpr]-|sk-|npm_)(?P<bare>[A-Za-z0-9_\-]{10,})"
+        ),
+        (("sst_", "ghp_", "gho_", "ghu_", "ghs_", "github_pat_", "glpat-", "xox", "sk-", "npm_"),),
+    ),
     # NAME=value / NAME: value for variables named like secrets (export FOO_TOKEN=..., "api_key": "...")
-    re.compile(rf"(?i)\b(?:{SECRET_NAME})[\"']?[ \t]*[=:][ \t]*{_VALUE}"),
+    _Pattern(re.compile(rf"(?i)\b(?:{SECRET_NAME})[\"']?[ \t]*[=:][ \t]*{_VALUE}"), (_SECRET_WORDS, ("=", ":"))),
     # --password=value / --token value
-    re.compile(rf"(?i)--?[a-z0-9\-]*(?:token|secret|password|passwd|api-?key)[a-z0-9\-]*(?:=|[ \t]+){_VALUE}"),
+    _Pattern(
+        re.compile(rf"(?i)--?[a-z0-9\-]*(?:token|secret|password|passwd|api-?key)[a-z0-9\-]*(?:=|[ \t]+){_VALUE}"),
+        (("-",), _SECRET_WORDS),
+    ),
 ]
 # Longer texts are not parsed (a record is built on the event loop's thread when its call runs alone): in them only
 # values joined to their names are masked.
@@ -69,8 +93,11 @@ class _Span:
 
 
 def _candidates(text: str) -> Iterator[_Span]:
+    lowered = text.lower() if text.isascii() else None
     for pattern in _PATTERNS:
-        for match in pattern.finditer(text):
+        if not pattern.may_match(lowered):
+            continue
+        for match in pattern.regex.finditer(text):
             group = next(
                 name for name in ("dq", "sq", "bare") if name in match.groupdict() and match.group(name) is not None
             )

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import random
+import re
 from typing import Any
 
 import pytest
 
-from audit import log
+from audit import log, redaction
 from audit.excerpt import excerpt
 from audit.export import call_queryset, call_row, csv_line
 from audit.log import Actor, call_finished, call_started
@@ -114,3 +116,38 @@ def test_the_tail_of_a_long_value_is_not_read_as_if_it_started_the_command() -> 
     rest += "z" * (1000 - len(rest))  # the tail (the last 1000 bytes) starts just after `X=`
     cut = excerpt("echo " + "y" * 20_000 + "; X=" + rest, 1000)
     assert cut.cut and "api_key: rm -rf /" in cut.text and cut.masked == 0
+
+
+def _every_pattern_run(text: str) -> list[tuple[int, int, bool]]:
+    """The candidates with no pattern skipped: what redaction found before patterns were skipped by their words."""
+    spans = []
+    for pattern in redaction._PATTERNS:
+        for match in pattern.regex.finditer(text):
+            group = next(name for name in ("dq", "sq", "bare") if match.groupdict().get(name) is not None)
+            start, end = match.span(group)
+            if start != end:
+                spans.append((start, end, bool(re.search(r"\s", text[match.start() : start]))))
+    return spans
+
+
+# Pieces of the texts a pattern matches, near misses, and letters only case-insensitive matching joins to ASCII.
+PIECES = [*"abcghkprstxyz_-=:@/ \t\n\"'$`ACKPSTX09.", "token", "Secret", "PASSWORD", "passwd", "passphrase"]
+PIECES += ["api_key", "API-KEY", "apikey", "access_key", "private_key", "credentials", "authorization", "Bearer "]
+PIECES += ["https://", "user:pw@", "ghp_", "gho_", "github_pat_", "glpat-", "xoxb-", "sk-", "npm_", "sst_", "--token "]
+PIECES += ["-password=", "TOKEN=", "\u212a", "\u017f", "\u0130", "é"]
+
+
+def test_skipping_patterns_whose_words_are_absent_finds_every_span_running_every_pattern_finds() -> None:
+    chooser = random.Random(20261206)
+    for _ in range(20000):
+        text = "".join(chooser.choice(PIECES) for _ in range(chooser.randint(0, 30)))
+        found = [(span.start, span.end, span.own_word) for span in redaction._candidates(text)]
+        assert found == _every_pattern_run(text), text
+
+
+@pytest.mark.parametrize(
+    "text", ["export API_\u212aEY=abcdef123", "\u017fecret_value=abcdef123", "tool --to\u212aen=abcdef123"]
+)
+def test_letters_outside_ascii_that_match_case_insensitively_are_still_masked(text: str) -> None:
+    redacted = redact_text_counted(text)
+    assert redacted.masked == 1 and MASK in redacted.value
