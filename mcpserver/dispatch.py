@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -210,31 +210,24 @@ async def run_audited(
         STARTS_REFUSED.note(error)
         return ToolResult.error(AUDIT_UNAVAILABLE)
     call.call_id = started.call_id
-    LIVE.started(_live_call(started, call, cancel_scope))
     began = time.monotonic()
-    outcome = OUTCOME_CANCELLED
-    try:
+
+    async def run() -> tuple[str, ToolResult]:
         await anyio.lowlevel.checkpoint_if_cancelled()  # cancelled while its started record was written: never run
         if decision is not None and decision.asks:
             answer = await hold_for_approval(call, actor, arguments, decision, started)
             if not answer.approved:
                 held = answer.pending is not None
                 result = ToolResult(answer.text, is_error=True, extra={"held": answer.pending} if held else {})
-                outcome = OUTCOME_PENDING if held else OUTCOME_DENIED
-                await _finish(started, outcome, result, began)
-                return result
+                return (OUTCOME_PENDING if held else OUTCOME_DENIED), result
         result = await _run(spec, call, arguments)
-        outcome = outcome_of(result)
-    except BaseException:
-        # Cancelled by the client, a disconnect or shut-down: record it even inside the cancelled scope.
-        with anyio.CancelScope(shield=True):
-            await _finish(started, OUTCOME_CANCELLED, ToolResult.error("cancelled"), began)
-        raise
-    finally:
-        LIVE.ended(started.call_id, outcome)
-    # Shielded: a call with its result is not cancelled while that is recorded; it answers with it.
-    with anyio.CancelScope(shield=True):
+        return outcome_of(result), result
+
+    async def finish(outcome: str, result: ToolResult) -> bool:
         await _finish(started, outcome, result, began)
+        return True  # a finished record the database refuses is held, never lost
+
+    result, _ = await _live_and_recorded(started, call, cancel_scope, run, finish)
     return result
 
 
@@ -250,23 +243,42 @@ async def run_read(
     start) and committed with the finished record after the read. Its result leaves only once both are committed."""
     started = started_record(actor, spec.name, arguments, INSTANCE_ID, policy)
     call.call_id = started.call_id
-    LIVE.started(_live_call(started, call, cancel_scope))
     began = time.monotonic()
+
+    async def run() -> tuple[str, ToolResult]:
+        result = await _run(spec, call, arguments)
+        return outcome_of(result), result
+
+    async def record(outcome: str, result: ToolResult) -> bool:
+        return await _record_read(started, outcome, result, began)
+
+    result, recorded = await _live_and_recorded(started, call, cancel_scope, run, record)
+    return result if recorded else ToolResult.error(READ_UNRECORDED.format(tool=spec.name))
+
+
+async def _live_and_recorded(
+    started: AuditRecord,
+    call: ToolCall,
+    cancel_scope: anyio.CancelScope | None,
+    run: Callable[[], Awaitable[tuple[str, ToolResult]]],
+    record: Callable[[str, ToolResult], Awaitable[bool]],
+) -> tuple[ToolResult, bool]:
+    """`run` as a call the live view shows, its end recorded by `record`: the result, and whether it was recorded."""
+    LIVE.started(_live_call(started, call, cancel_scope))
     outcome = OUTCOME_CANCELLED
     try:
-        result = await _run(spec, call, arguments)
-        outcome = outcome_of(result)
+        outcome, result = await run()
     except BaseException:
+        # Cancelled by the client, a disconnect or shut-down: record it even inside the cancelled scope.
         with anyio.CancelScope(shield=True):
-            await _record_read(started, OUTCOME_CANCELLED, ToolResult.error("cancelled"), began)
+            await record(OUTCOME_CANCELLED, ToolResult.error("cancelled"))
         raise
     finally:
         LIVE.ended(started.call_id, outcome)
-    with anyio.CancelScope(shield=True):  # as run_audited's finished record
-        recorded = await _record_read(started, outcome, result, began)
-    if not recorded:
-        return ToolResult.error(READ_UNRECORDED.format(tool=spec.name))
-    return result
+    # Shielded: a call with its result is not cancelled while that is recorded; it answers with it.
+    with anyio.CancelScope(shield=True):
+        recorded = await record(outcome, result)
+    return result, recorded
 
 
 async def _record_read(started: AuditRecord, outcome: str, result: ToolResult, began: float) -> bool:
