@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import sections
-from bench.report import label_throughput, machine_line, ms, sequential, table, targets
+from bench.report import label_throughput, machine_line, sequential, table, targets
 from bench.server import (
     SERVER_SETTINGS,
     BenchServer,
@@ -48,6 +48,7 @@ from bench.server import (
     start_server,
 )
 from bench.stats import machine
+from bench.table_cells import ms
 from tests.live import REPO
 
 TREES = ("old", "new")

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
+from bench.report_scale import scale_rows, scale_targets
 from bench.stats import ratio
+from bench.table_cells import combined, met, ms
 
 MB = 1_000_000
 
@@ -16,12 +17,6 @@ SPAWN_RATIO, HEALTH_RATIO = 4, 2
 CALLS_PER_S = 150
 HOP_LIMIT_MS = 0.5  # issue 7: the executor process may add at most this per call over the in-process path
 POLICY_LIMIT_US = 100  # issue 19: deciding a call by the command policy
-# Issue 20 (section 8): two workers against one, a new client's connect beside 1,000 open sessions (median), and how
-# much slower a 1 KB read gets beside 100 sleeping calls (median against median alone).
-WORKERS_RATIO = 1.6
-CONNECT_LIMIT_MS = 100
-READ_DELAY_MS = 5
-READ_PATH_RATIO = 0.75  # a read's records committed after it, against its started record first: ≥ 25% faster
 HEADER = ["| # | measurement | median | p95 | vs floor | target | |", "|---|---|---|---|---|---|---|"]
 
 
@@ -54,18 +49,8 @@ def label_throughput(large: dict[str, Any], huge_bytes: int) -> dict[str, Any]:
     return large
 
 
-def ms(value: float | None) -> str:
-    if value is None:
-        return "–"
-    return f"{value:.2f} ms" if value < 10 else f"{value:.1f} ms" if value < 1000 else f"{value / 1000:.2f} s"
-
-
 def _s(value: float | None) -> str:
     return "–" if value is None else f"{value:.2f} s"
-
-
-def _mark(met: bool | None) -> str:
-    return "–" if met is None else "met" if met else "**NOT MET**"
 
 
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -162,59 +147,15 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         add("verify", f"audit_verify of {verify['records_checked'] or 0:,} records", seconds, f"< {VERIFY_LIMIT_S} s",
             verify["ok"] and seconds is not None and seconds < VERIFY_LIMIT_S)  # fmt: skip
     if results.get("scale"):
-        _scale_targets(results["scale"], add)
+        scale_targets(results["scale"], add)
     return found
-
-
-def _scale_targets(scale: dict[str, Any], add: Callable[[str, str, Any, str, bool | None], None]) -> None:
-    """Issue 20's targets; none for a figure that was skipped (it is neither met nor missed)."""
-    workers = scale["workers"]
-    if "skipped" not in workers:
-        one, two, ratio = workers["one_worker"], workers["two_workers"], workers["ratio"]
-        add("workers_ratio", "two workers / one worker, calls/s (PostgreSQL, through Caddy)", ratio,
-            f"≥ {WORKERS_RATIO}x", ratio is not None and ratio >= WORKERS_RATIO)  # fmt: skip
-        errors = sum(one["errors"].values()) + sum(two["errors"].values())
-        add("workers_errors", "one and two workers: errors", errors, "0", errors == 0)
-        audits = (one["audit"], two["audit"])
-        exact = all(_exact(audit) and audit["chain_intact"] for audit in audits)
-        add("workers_audit", "one and two workers: audit records per call, chain", exact, "exactly 2, intact", exact)
-    sessions = scale["sessions"]
-    connect = sessions["connect"]["median_ms"]
-    add("connect_median", f"a new client's connect beside {sessions['opened']:,} open sessions, median", connect,
-        f"< {CONNECT_LIMIT_MS} ms", connect is not None and connect < CONNECT_LIMIT_MS)  # fmt: skip
-    sleepers = scale["sleepers"]
-    delay = sleepers["difference_ms"]
-    add("read_beside_sleepers", f"file_read 1 KB beside {sleepers['sleepers']} sleeping calls − alone, median",
-        delay, f"≤ {READ_DELAY_MS} ms", delay is not None and delay <= READ_DELAY_MS)  # fmt: skip
-    add("sleepers_ok", "the sleeping calls all ended with exit code 0", sleepers["sleepers_ok"],
-        f"{sleepers['sleepers']}", sleepers["sleepers_ok"] == sleepers["sleepers"])  # fmt: skip
-    reads = scale.get("reads")
-    if reads:
-        add("read_path", "file_read 1 KB, records after the read / started record before it, median, SQLite",
-            reads["ratio"], f"≤ {READ_PATH_RATIO}x", reads["ratio"] is not None and reads["ratio"] <= READ_PATH_RATIO)  # fmt: skip
-        on_postgres = reads.get("postgresql", {})
-        if "ratio" in on_postgres:
-            ratio = on_postgres["ratio"]
-            add("read_path_postgresql", "the same on PostgreSQL", ratio, f"≤ {READ_PATH_RATIO}x",
-                ratio is not None and ratio <= READ_PATH_RATIO)  # fmt: skip
-
-
-def _exact(audit: dict[str, Any]) -> bool:
-    return bool(audit["records"] == audit["records_expected"] and audit["sessions_with_wrong_counts"] == 0)
-
-
-def _met(found: list[dict[str, Any]], key: str) -> str:
-    for target in found:
-        if target["key"] == key:
-            return _mark(target["met"])
-    return "–"
 
 
 def table(results: dict[str, Any]) -> str:
     """The Markdown table the README shows (section 8's rows alone after --scale-only)."""
     found = results["targets"]
     if "floors" not in results:
-        return "\n".join(HEADER + _scale_rows(results.get("scale"), found))
+        return "\n".join(HEADER + scale_rows(results.get("scale"), found))
     floors, seq = results["floors"], results["sequential"]
     spawn, health = floors["spawn_bash"], floors["health"]
     n = spawn["n"]
@@ -226,11 +167,11 @@ def table(results: dict[str, Any]) -> str:
     exec_true, read_small = seq["terminal_exec_true"], seq["file_read_1kb"]
     rows.append(
         f"| 2 | `terminal_exec` `true`, one session ({exec_true['n']}) | {ms(exec_true['median_ms'])} | "
-        f"{ms(exec_true['p95_ms'])} | {exec_true['ratio']}x spawn | ≤ {SPAWN_RATIO}x | {_met(found, 'exec_ratio')} |"
+        f"{ms(exec_true['p95_ms'])} | {exec_true['ratio']}x spawn | ≤ {SPAWN_RATIO}x | {met(found, 'exec_ratio')} |"
     )
     rows.append(
         f"| 3 | `file_read` 1 KB, one session ({read_small['n']}) | {ms(read_small['median_ms'])} | "
-        f"{ms(read_small['p95_ms'])} | {read_small['ratio']}x /health | ≤ {HEALTH_RATIO}x | {_met(found, 'read_ratio')} |"
+        f"{ms(read_small['p95_ms'])} | {read_small['ratio']}x /health | ≤ {HEALTH_RATIO}x | {met(found, 'read_ratio')} |"
     )
     policy = results.get("policy")
     if policy:
@@ -239,11 +180,11 @@ def table(results: dict[str, Any]) -> str:
             f"| 2b | command policy per call ({policy['rules']} rules, {policy['commands']} commands): first sight of a "
             f"command {policy['first_sight_median_us']} µs (worst {policy['first_sight_max_us']} µs), seen before "
             f"{policy['cached_median_us']} µs; beside `terminal_exec` `true` | {policy['first_sight_median_us']} µs | "
-            f"| {share:.1f}% of the call | < {POLICY_LIMIT_US} µs | {_met(found, 'policy')} |"
+            f"| {share:.1f}% of the call | < {POLICY_LIMIT_US} µs | {met(found, 'policy')} |"
         )
     for name, case in results.get("executor_hop", {}).items():
         local, remote = case["in_process"], case["executor"]
-        mark = f"< {HOP_LIMIT_MS} ms | {_met(found, 'hop')}" if name == "file_read_1kb" else "|"
+        mark = f"< {HOP_LIMIT_MS} ms | {met(found, 'hop')}" if name == "file_read_1kb" else "|"
         rows.append(
             f"| 3b | executor hop, {name} ({remote['n']}): in-process {ms(local['median_ms'])}, through the executor's "
             f"socket {ms(remote['median_ms'])} | **+{case['hop_median_ms']:.3f} ms** | {ms(remote['p95_ms'])} | | {mark} |"
@@ -252,7 +193,7 @@ def table(results: dict[str, Any]) -> str:
         rows.append(
             f"| 4 | {case['label']} ({case['n']}): {case['mb_per_s']} MB/s, peak memory +{case['peak_growth_mb']} MB, "
             f"result {case['result_bytes'] / 1000:.0f} kB | {ms(case['median_ms'])} | {ms(case['p95_ms'])} | | "
-            f"< {MEMORY_LIMIT_MB} MB | {_met(found, f'memory_{name}')} |"
+            f"< {MEMORY_LIMIT_MB} MB | {met(found, f'memory_{name}')} |"
         )
     load = results["concurrency"]
     audit, latency = load["audit"], load["latency"]
@@ -260,22 +201,22 @@ def table(results: dict[str, Any]) -> str:
     rows.append(
         f"| 5 | {load['clients']} clients × {load['calls_per_client']} `terminal_exec true`: **{load['calls_per_s']} calls/s**, "
         f"errors: {errors} | {ms(latency['median_ms'])} | {ms(latency['p95_ms'])} | | ≥ {CALLS_PER_S}/s, no errors | "
-        f"{_combined(found, 'calls_per_s', 'errors')} |"
+        f"{combined(found, 'calls_per_s', 'errors')} |"
     )
     rows.append(
         f"| 5 | audit after the load: {audit['records']} records for {audit['records_expected'] // 2} calls, chain "
         f'{"intact" if audit["chain_intact"] else "BROKEN"}, "database is locked" ×{audit["database_locked_in_log"]} | | | | '
-        f"2 per call, intact, none | {_combined(found, 'two_records', 'chain', 'locked')} |"
+        f"2 per call, intact, none | {combined(found, 'two_records', 'chain', 'locked')} |"
     )
     rows += _toolkit_rows(results.get("toolkit"), found)
     admin = results["admin"]
     pages, records = admin["pages"], admin["records"]
     rows.append(
-        f"| 6 | audit list page, {records:,} records: first load | {_s(pages['list_first_s'])} | | | < {PAGE_LIMIT_S} s | {_met(found, 'list_first')} |"
+        f"| 6 | audit list page, {records:,} records: first load | {_s(pages['list_first_s'])} | | | < {PAGE_LIMIT_S} s | {met(found, 'list_first')} |"
     )
     warm = pages["list_warm"]
     rows.append(
-        f"| 6 | audit list page, warm ({warm['n']}) | {ms(warm['median_ms'])} | {ms(warm['p95_ms'])} | | < {PAGE_LIMIT_S} s | {_met(found, 'list_warm')} |"
+        f"| 6 | audit list page, warm ({warm['n']}) | {ms(warm['median_ms'])} | {ms(warm['p95_ms'])} | | < {PAGE_LIMIT_S} s | {met(found, 'list_warm')} |"
     )
     for name, label in (
         ("list_filtered", "filtered by tool"), ("list_last_7_days", "filtered by date (last 7 days)"),
@@ -292,102 +233,10 @@ def table(results: dict[str, Any]) -> str:
     verify = admin["verify"]
     rows.append(
         f"| 6 | `audit_verify`, {verify['records_checked'] or 0:,} records (command: {_s(verify['command_wall_s'])}) | "
-        f"{_s(verify['verify_s'])} | | | < {VERIFY_LIMIT_S} s | {_met(found, 'verify')} |"
+        f"{_s(verify['verify_s'])} | | | < {VERIFY_LIMIT_S} s | {met(found, 'verify')} |"
     )
-    rows += _scale_rows(results.get("scale"), found)
+    rows += scale_rows(results.get("scale"), found)
     return "\n".join(rows)
-
-
-def _scale_rows(scale: dict[str, Any] | None, found: list[dict[str, Any]]) -> list[str]:
-    if not scale:
-        return []
-    return (
-        _workers_rows(scale["workers"], found)
-        + _sessions_rows(scale["sessions"], found)
-        + _sleepers_rows(scale["sleepers"], found)
-        + _reads_rows(scale.get("reads"), found)
-    )
-
-
-def _reads_rows(reads: dict[str, Any] | None, found: list[dict[str, Any]]) -> list[str]:
-    if not reads:
-        return []
-    rows = _read_path_rows(reads, "SQLite", _met(found, "read_path"))
-    on_postgres = reads.get("postgresql", {})
-    if "skipped" in on_postgres:
-        rows.append(
-            f"| 8 | the same on PostgreSQL: **skipped**, {on_postgres['skipped']} | | | | ≤ {READ_PATH_RATIO}x | – |"
-        )
-    elif on_postgres:
-        rows += _read_path_rows(on_postgres, "PostgreSQL", _met(found, "read_path_postgresql"))
-    return rows
-
-
-def _read_path_rows(reads: dict[str, Any], database: str, mark: str) -> list[str]:
-    after, before = reads["after"], reads["before"]
-    return [
-        f"| 8 | `file_read` 1 KB on {database}, its started record committed before the read "
-        f"(`SANDSTORM_AUDIT_READS_BEFORE=1`) ({before['n']}) | {ms(before['median_ms'])} | {ms(before['p95_ms'])} | "
-        "1x | | |",
-        f"| 8 | `file_read` 1 KB on {database}, both records committed after the read (the default), in turns with "
-        f"the row above ({after['n']}) | {ms(after['median_ms'])} | {ms(after['p95_ms'])} | {reads['ratio']}x | "
-        f"≤ {READ_PATH_RATIO}x | {mark} |",
-    ]
-
-
-def _workers_rows(workers: dict[str, Any], found: list[dict[str, Any]]) -> list[str]:
-    if "skipped" in workers:
-        return [f"| 8 | two workers against one: **skipped**, {workers['skipped']} | | | | ≥ {WORKERS_RATIO}x | – |"]
-    rows = []
-    for key, label in (("one_worker", "one worker"), ("two_workers", "two workers")):
-        load, latency = workers[key], workers[key]["latency"]
-        errors = ", ".join(f"{kind} {count}" for kind, count in sorted(load["errors"].items())) or "none"
-        if load.get("warmup_errors"):
-            errors += f" (warm-up: {', '.join(f'{kind} {count}' for kind, count in load['warmup_errors'].items())})"
-        if key == "two_workers":  # the ratio and its target on the second row
-            vs, target = f"{workers['ratio']}x one worker", f"≥ {WORKERS_RATIO}x, no errors"
-            mark = _combined(found, "workers_ratio", "workers_errors")
-        else:
-            vs, target, mark = "1x", "", ""
-        rows.append(
-            f"| 8 | {label}, PostgreSQL, through Caddy: {load['clients']} clients × {load['calls_per_client']} "
-            f"`terminal_exec true`, {load['rounds']} loads in turns: **{load['calls_per_s']} calls/s**, errors: "
-            f"{errors}; the workers used {load['worker_cores']} cores ({load['worker_cpu_ms_per_call']} ms a call) | "
-            f"{ms(latency['median_ms'])} | {ms(latency['p95_ms'])} | {vs} | {target} | {mark} |"
-        )
-    audits = "; ".join(
-        f"{label} {audit['records']} records for {audit['records_expected'] // 2} calls, chain "
-        + ("intact" if audit["chain_intact"] else "BROKEN")
-        for label, audit in (("one worker", workers["one_worker"]["audit"]), ("two", workers["two_workers"]["audit"]))
-    )
-    rows.append(f"| 8 | audit after the loads: {audits} | | | | 2 per call, intact | {_met(found, 'workers_audit')} |")
-    rows.append(f"| 8 | the machine's cores during the loads: {workers['machine_busy']:.0%} busy | | | | | |")
-    return rows
-
-
-def _sessions_rows(sessions: dict[str, Any], found: list[dict[str, Any]]) -> list[str]:
-    growth = sessions["rss_growth_kb"]
-    memory = "RSS not readable" if growth is None else f"server RSS +{growth / 1024:.1f} MB"
-    connect = sessions["connect"]
-    return [
-        f"| 8 | {sessions['opened']:,} open sessions ({sessions['credentials']} credentials × "
-        f"{sessions['sessions_per_credential']}, one server, SQLite): {memory}, **{sessions['kb_per_session']} KB a "
-        f"session**; {sessions['still_open']:,} still open at the end | | | | | |",
-        f"| 8 | a new client's connect beside them: TCP and `initialize` ({connect['n']}) | {ms(connect['median_ms'])} | "
-        f"{ms(connect['p95_ms'])} | | < {CONNECT_LIMIT_MS} ms (median) | {_met(found, 'connect_median')} |",
-    ]
-
-
-def _sleepers_rows(sleepers: dict[str, Any], found: list[dict[str, Any]]) -> list[str]:
-    alone, beside, difference = sleepers["alone"], sleepers["beside"], sleepers["difference_ms"]
-    return [
-        f"| 8 | `file_read` 1 KB alone ({alone['n']}) | {ms(alone['median_ms'])} | {ms(alone['p95_ms'])} | | | |",
-        f"| 8 | `file_read` 1 KB while {sleepers['running_when_sampled']} `terminal_exec sleep {sleepers['sleep_s']}` "
-        f"run ({beside['n']}); {sleepers['sleepers_ok']}/{sleepers['sleepers']} sleeps ended OK | "
-        f"{ms(beside['median_ms'])} | {ms(beside['p95_ms'])} | "
-        f"{'–' if difference is None else f'{difference:+.2f} ms'} | "
-        f"≤ {READ_DELAY_MS} ms more (median), all OK | {_combined(found, 'read_beside_sleepers', 'sleepers_ok')} |",
-    ]
 
 
 def _toolkit_rows(toolkit: dict[str, Any] | None, found: list[dict[str, Any]]) -> list[str]:
@@ -399,7 +248,7 @@ def _toolkit_rows(toolkit: dict[str, Any] | None, found: list[dict[str, Any]]) -
         f"| 7 | `file_edit` on a {edit['file_bytes'] / MB:.0f} MB file ({call['n']}; floor: read, rewrite, fsync, rename "
         f"and /health, {ms(floor['median_ms'])}); executor peak +{edit['executor_peak_growth_mb']} MB "
         f"({edit['memory_ratio']}x the file) | {ms(call['median_ms'])} | {ms(call['p95_ms'])} | {edit['time_ratio']}x | "
-        f"≤ {edit['time_target']}x, < {edit['memory_target']}x | {_combined(found, 'edit_time', 'edit_memory')} |"
+        f"≤ {edit['time_target']}x, < {edit['memory_target']}x | {combined(found, 'edit_time', 'edit_memory')} |"
     ]
     for name, case in grep["searches"].items():
         call, floor = case["file_grep"], case["floor"]
@@ -407,7 +256,7 @@ def _toolkit_rows(toolkit: dict[str, Any] | None, found: list[dict[str, Any]]) -
             f"| 7 | `file_grep` {name}, {grep['files']:,} files / {grep['tree_mb']} MB ({call['n']}; floor: rg directly "
             f"and /health, {ms(floor['median_ms'])}); peak +{case['peak_growth_mb']} MB | {ms(call['median_ms'])} | "
             f"{ms(call['p95_ms'])} | {case['ratio']}x | ≤ {grep['target_ratio']}x, < {grep['target_memory_mb']} MB | "
-            f"{_combined(found, f'grep_{name}', f'grep_memory_{name}')} |"
+            f"{combined(found, f'grep_{name}', f'grep_memory_{name}')} |"
         )
     output = toolkit["output"]
     wake, floor = output["wake"], output["floor"]
@@ -415,14 +264,9 @@ def _toolkit_rows(toolkit: dict[str, Any] | None, found: list[dict[str, Any]]) -
         f"| 7 | `terminal_output` with `wait_ms`: from a background command's line to the answer ({wake['n']}; "
         f"/health beside it {ms(floor['median_ms'])}) | {ms(wake['median_ms'])} | {ms(wake['p95_ms'])} | "
         f"{ratio(wake['median_ms'], floor['median_ms'])}x /health | ≤ {output['target_ms']:g} ms | "
-        f"{_combined(found, 'output_wake')} |"
+        f"{combined(found, 'output_wake')} |"
     )
     return rows
-
-
-def _combined(found: list[dict[str, Any]], *keys: str) -> str:
-    marks = [target["met"] for target in found if target["key"] in keys]
-    return _mark(all(marks) if marks and None not in marks else None)
 
 
 def machine_line(results: dict[str, Any]) -> str:
