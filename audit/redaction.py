@@ -36,13 +36,36 @@ _VALUE = r"""(?:"(?P<dq>[^"\n]*)"|'(?P<sq>[^'\n]*)'|(?P<bare>[^\s,;&|'"]+))"""
 
 @dataclass(frozen=True)
 class _Pattern:
+    """A pattern no match of which holds a newline, and the strings one of which each group has on a line it matches
+    (in lower case, in ASCII text: outside ASCII, case-insensitive matching also takes letters lower() keeps, such as
+    the Kelvin sign for K and the long s for s)."""
+
     regex: re.Pattern[str]
-    # In ASCII text the regex can match only where the lowered text holds a string of each group. Outside ASCII,
-    # case-insensitive matching also takes letters lower() keeps (the Kelvin sign for K, the long s for s).
     needs: tuple[tuple[str, ...], ...]
 
-    def may_match(self, lowered: str | None) -> bool:
-        return lowered is None or all(any(part in lowered for part in group) for group in self.needs)
+    def finditer(self, text: str, lowered: str | None) -> Iterator[re.Match[str]]:
+        """The matches `regex.finditer(text)` finds, looked for only on lines that hold what a match needs."""
+        if lowered is None:
+            yield from self.regex.finditer(text)
+            return
+        for start, end in _lines_holding(lowered, self.needs[0]):
+            line = lowered[start:end]
+            if all(any(part in line for part in group) for group in self.needs[1:]):
+                yield from self.regex.finditer(text, start, end)  # `\b` still sees the newlines around the line
+
+
+def _lines_holding(text: str, parts: tuple[str, ...]) -> list[tuple[int, int]]:
+    """The (start, end) of each line of `text` that holds one of `parts`, in order."""
+    lines: set[tuple[int, int]] = set()
+    for part in parts:
+        at = text.find(part)
+        while at != -1:
+            start = text.rfind("\n", 0, at) + 1
+            end = text.find("\n", at)
+            end = len(text) if end == -1 else end
+            lines.add((start, end))
+            at = text.find(part, end)
+    return sorted(lines)
 
 
 _SECRET_WORDS = ("token", "secret", "pass", "key", "credential")
@@ -68,7 +91,7 @@ _PATTERNS: list[_Pattern] = [
     # --password=value / --token value
     _Pattern(
         re.compile(rf"(?i)--?[a-z0-9\-]*(?:token|secret|password|passwd|api-?key)[a-z0-9\-]*(?:=|[ \t]+){_VALUE}"),
-        (("-",), _SECRET_WORDS),
+        (_SECRET_WORDS, ("-",)),
     ),
 ]
 # Longer texts are not parsed (a record is built on the event loop's thread when its call runs alone): in them only
@@ -95,9 +118,7 @@ class _Span:
 def _candidates(text: str) -> Iterator[_Span]:
     lowered = text.lower() if text.isascii() else None
     for pattern in _PATTERNS:
-        if not pattern.may_match(lowered):
-            continue
-        for match in pattern.regex.finditer(text):
+        for match in pattern.finditer(text, lowered):
             group = next(
                 name for name in ("dq", "sq", "bare") if name in match.groupdict() and match.group(name) is not None
             )

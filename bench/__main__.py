@@ -27,6 +27,7 @@ POSTGRES_URL = os.environ.pop("DATABASE_URL", "").strip()
 
 from bench import compare, scale, sections, toolkit_edit, toolkit_grep, toolkit_output  # noqa: E402
 from bench import policy as bench_policy  # noqa: E402
+from bench import redaction as bench_redaction  # noqa: E402
 from bench.hop import executor_hop  # noqa: E402
 from bench.report import label_throughput, machine_line, sequential, table, targets  # noqa: E402
 from bench.server import SERVER_SETTINGS, BenchServer, base_state, git_commit, log, seeded_state, start_server  # noqa: E402
@@ -86,6 +87,8 @@ async def call_sections(server: BenchServer, sizes: sections.Sizes) -> dict[str,
     log(
         f"bench: policy {policy['first_sight_median_us']} µs a call (first sight), {policy['cached_median_us']} µs again"
     )
+    redaction = bench_redaction.measure()
+    log(f"bench: redaction {redaction['median_us']} µs for a 16 KB output's excerpt (median of its outputs)")
     hop = await executor_hop(sizes.sequential, sizes.warmup)
     log("bench: executor hop " + ", ".join(f"{name} +{case['hop_median_ms']} ms" for name, case in hop.items()))
     return {
@@ -95,6 +98,7 @@ async def call_sections(server: BenchServer, sizes: sections.Sizes) -> dict[str,
         "concurrency": load,
         "toolkit": toolkit,
         "policy": policy,
+        "redaction": redaction,
     }
 
 

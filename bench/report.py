@@ -182,6 +182,14 @@ def table(results: dict[str, Any]) -> str:
             f"{policy['cached_median_us']} µs; beside `terminal_exec` `true` | {policy['first_sight_median_us']} µs | "
             f"| {share:.1f}% of the call | < {POLICY_LIMIT_US} µs | {met(found, 'policy')} |"
         )
+    redaction = results.get("redaction")
+    if redaction:
+        share = redaction["median_us"] / 10 / exec_true["median_ms"] if exec_true["median_ms"] else 0
+        each = ", ".join(f"{name} {cost} µs" for name, cost in redaction["outputs"].items())
+        rows.append(
+            f"| 2c | a {redaction['output_bytes'] // 1024} KB output made its record's excerpt (kept whole, redacted, "
+            f"hashed): {each} | {redaction['median_us']} µs | | {share:.1f}% of `terminal_exec` `true` | | |"
+        )
     for name, case in results.get("executor_hop", {}).items():
         local, remote = case["in_process"], case["executor"]
         mark = f"< {HOP_LIMIT_MS} ms | {met(found, 'hop')}" if name == "file_read_1kb" else "|"

@@ -23,6 +23,7 @@ SECTIONS = (
     "throughput",
     "concurrency",
     "toolkit",
+    "redaction",
     "admin",
     "scale",
     "targets",
@@ -148,6 +149,14 @@ def test_the_scale_section_holds_its_sessions_and_reads_beside_sleeping_calls(
     assert reads["after"]["n"] == reads["before"]["n"] == 40 and positive(reads["after"]) and positive(reads["before"])
     assert reads["ratio"] == round(reads["after"]["median_ms"] / reads["before"]["median_ms"], 3)
     assert "`SANDSTORM_AUDIT_READS_BEFORE=1`" in printed
+
+
+def test_the_redaction_of_each_output_is_measured_and_shown(quick_run: tuple[dict[str, Any], str]) -> None:
+    results, printed = quick_run
+    redaction = results["redaction"]
+    assert len(redaction["outputs"]) == 5 and all(0 < cost < 1_000_000 for cost in redaction["outputs"].values())
+    assert min(redaction["outputs"].values()) <= redaction["median_us"] <= redaction["max_us"]
+    assert "| 2c | a 16 KB output made its record's excerpt" in printed
 
 
 def test_the_table_marks_each_target(quick_run: tuple[dict[str, Any], str]) -> None:
