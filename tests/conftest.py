@@ -9,19 +9,23 @@ import pytest
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Give every test its one tier (tests/tiers.py): the marker it carries, or that of the fixtures it uses."""
-    from tests.tiers import tier_of
+    """Give every test its one tier (tests/tiers.py): the marker it carries, or that of the fixtures it uses; and mark
+    those whose outcome cannot depend on the database (`same_on_any_database`)."""
+    from tests.tiers import ANY_DATABASE, same_on_any_database, tier_of
 
     wrong = []
     for item in items:
         markers = {mark.name for mark in item.iter_markers()}
+        fixtures = set(getattr(item, "fixturenames", ()))
         try:
-            tier = tier_of(markers, set(getattr(item, "fixturenames", ())))
+            tier = tier_of(markers, fixtures)
         except ValueError as error:
             wrong.append(f"{item.nodeid} {error}")
             continue
         if tier not in markers:
             item.add_marker(tier)
+        if ANY_DATABASE not in markers and same_on_any_database(tier, markers, fixtures):
+            item.add_marker(ANY_DATABASE)
     if wrong:
         raise pytest.UsageError("tests with a wrong tier:\n" + "\n".join(wrong))
 

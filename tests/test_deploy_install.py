@@ -40,7 +40,8 @@ from oauth.claude_code import claude_code_line
 from tests.live import REPO, poll
 
 # The installer starts the installed units' server and executor for real (the production wiring, minus systemd).
-pytestmark = [pytest.mark.live]
+# The installer runs without DATABASE_URL (`env` below) and installs on SQLite, so the PostgreSQL run leaves it out.
+pytestmark = [pytest.mark.live, pytest.mark.same_on_any_database]
 
 DOMAIN = "mcp.example.test"
 DEBIAN_12 = 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nNAME="Debian GNU/Linux"\nVERSION_ID="12"\nID=debian\n'

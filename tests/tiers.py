@@ -14,6 +14,10 @@ LIVE_FIXTURES = frozenset(
     {"live_server", "oauth_server", "browser", "admin_page", "tool_token", "tools_client", "workspace_dir", "redis_url"}
 )
 INPROCESS_FIXTURES = frozenset({"mcp_app"})
+# pytest-django's fixtures that open this process's test database; a test without one (or a `django_db` marker) is
+# refused the database.
+DATABASE_FIXTURES = frozenset({"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback"})
+ANY_DATABASE = "same_on_any_database"
 
 current: str | None = None  # the tier of the test being set up or run
 
@@ -29,6 +33,16 @@ def tier_of(markers: set[str], fixtures: set[str]) -> str:
     if named and implied is not None and named[0] != implied and TIERS.index(named[0]) < TIERS.index(implied):
         raise ValueError(f"is marked {named[0]} but uses fixtures of the {implied} tier")
     return named[0] if named else implied or "unit"
+
+
+def same_on_any_database(tier: str, markers: set[str], fixtures: set[str]) -> bool:
+    """Whether a test's outcome cannot depend on the database the suite runs against (DATABASE_URL), so that
+    `make test-postgres` may leave it out: it says so (a test that makes its own SQLite databases), or it is a unit
+    test that pytest-django refuses the database. A unit test must not hand this process's DATABASE_URL to a process
+    it starts unless it also opens the database."""
+    if ANY_DATABASE in markers:
+        return True
+    return tier == "unit" and "django_db" not in markers and not fixtures & DATABASE_FIXTURES
 
 
 def require(tier: str, what: str) -> None:
