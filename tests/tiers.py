@@ -38,8 +38,8 @@ def tier_of(markers: set[str], fixtures: set[str]) -> str:
 def same_on_any_database(tier: str, markers: set[str], fixtures: set[str]) -> bool:
     """Whether a test's outcome cannot depend on the database the suite runs against (DATABASE_URL), so that
     `make test-postgres` may leave it out: it says so (a test that makes its own SQLite databases), or it is a unit
-    test that pytest-django refuses the database. A unit test must not hand this process's DATABASE_URL to a process
-    it starts unless it also opens the database."""
+    test that pytest-django refuses the database. A unit test that passes this process's DATABASE_URL on to a
+    process it starts depends on the database all the same: mark it `django_db`, or pass the child no DATABASE_URL."""
     if ANY_DATABASE in markers:
         return True
     return tier == "unit" and "django_db" not in markers and not fixtures & DATABASE_FIXTURES
