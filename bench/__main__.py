@@ -25,7 +25,7 @@ from typing import Any
 # Section 8's two-workers figure alone runs on PostgreSQL, in databases it makes on this server.
 POSTGRES_URL = os.environ.pop("DATABASE_URL", "").strip()
 
-from bench import compare, scale, sections, toolkit_edit, toolkit_grep, toolkit_output  # noqa: E402
+from bench import audit_admin, compare, scale, sections, toolkit_edit, toolkit_grep, toolkit_output  # noqa: E402
 from bench import policy as bench_policy  # noqa: E402
 from bench import redaction as bench_redaction  # noqa: E402
 from bench.hop import executor_hop  # noqa: E402
@@ -115,7 +115,7 @@ def server_sections(scratch: Path, base: Path, seeded: Path, sizes: sections.Siz
     server = start_server(scratch / "admin", seeded, SERVER_SETTINGS)
     log(f"bench: server on {records:,} audit records started")
     try:
-        results["admin"] = asyncio.run(sections.admin_section(server, sizes, records))
+        results["admin"] = asyncio.run(audit_admin.admin_section(server, sizes, records))
     finally:
         server.stop()
     return results

@@ -35,7 +35,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from bench import sections
+from bench import audit_admin, sections
 from bench.report import label_throughput, machine_line, sequential, table, targets
 from bench.server import (
     SERVER_SETTINGS,
@@ -173,7 +173,7 @@ def measure(
             server = start_server(scratch / label / "admin", seeded[label], SERVER_SETTINGS, trees[label])
             log(f"bench: {label}: server on {records:,} audit records started")
             try:
-                results[label]["admin"] = asyncio.run(sections.admin_section(server, sizes, records))
+                results[label]["admin"] = asyncio.run(audit_admin.admin_section(server, sizes, records))
             finally:
                 server.stop()
     finally:
