@@ -23,16 +23,14 @@ agree with it), and parses are cached by text.
 
 from __future__ import annotations
 
-import bisect
 import functools
 import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-import bashlex
 import bashlex.ast
-import bashlex.errors
 
+from mcpserver.policy.bashlex_reading import MAX_TOKENS, Body, Reading, read_with_bashlex
 from mcpserver.policy.commands import ParsedCommand, Redirect, SimpleCommand
 from mcpserver.policy.plain import PlainCommand, plain_commands
 from mcpserver.policy.wrappers import ASSIGNMENT, Inner, Stdin, Word, cd_target, look_inside
@@ -41,7 +39,6 @@ MAX_COMMAND_CHARS = 16_384  # a longer text is opaque, unparsed
 MAX_SIMPLE_COMMANDS = 200  # past this many the rest is not looked at, and the command is opaque
 MAX_DEPTH = 8  # wrappers and nested scripts: `sudo env bash -c 'rm x'` is 3 deep
 MAX_NESTING = 64  # levels of the syntax tree, so that `((((…))))` cannot exhaust the stack
-MAX_TOKENS = 1_500  # words and operators bashlex may read for one command, scripts inside it included (~0.1 s)
 MAX_REASONS = 8
 
 
@@ -62,7 +59,7 @@ def read(text: str, plain: bool = True) -> ParsedCommand:
 class _Context:
     """What a command inherits from where it stands in the text."""
 
-    reading: _Reading | None = None  # bashlex's reading of the text being walked
+    reading: Reading | None = None  # bashlex's reading of the text being walked
     pipelines: tuple[tuple[int, int], ...] = ()
     redirects: tuple[Redirect, ...] = ()  # of enclosing compound commands, or of the command running a script
     depth: int = 0  # wrappers and scripts
@@ -118,7 +115,7 @@ class _Walker:
         if plain is not None:
             self.plain(plain, ctx)
             return
-        parsed, cost = _parse(text, self.tokens_left)
+        parsed, cost = read_with_bashlex(text, self.tokens_left)
         self.tokens_left -= cost
         if isinstance(parsed, str):
             self.opaque(parsed)
@@ -249,7 +246,7 @@ class _Walker:
             found = ctx.reading.bodies.get(ctx.reading.original(document.pos[0]))
         if found is None:  # the prescan missed it: bashlex's text, its quoting unknown
             value = str(getattr(document, "value", ""))
-            found = _Body("" if value == delimiter else value.removesuffix("\n" + delimiter) + "\n", False)
+            found = Body("" if value == delimiter else value.removesuffix("\n" + delimiter) + "\n", False)
         body = found.text
         literal = found.literal or not _EXPANDED_IN_BODY.search(body)
         if not literal and _SUBSTITUTION_IN_TEXT.search(body):
@@ -319,140 +316,3 @@ class _Walker:
             self.opaque(f"the command name {word.text!r} is only known at run time")
         elif _GLOB.search(word.text) or _BRACES.search(word.text):
             self.opaque(f"the command name {word.text!r} is expanded by the shell")
-
-
-_HEREDOC = re.compile(
-    r"(?<!<)<<(?!<)(?P<dash>-?)[ \t]*(?:'(?P<single>[\w.-]+)'|\"(?P<double>[\w.-]+)\"|\\(?P<escaped>[\w.-]+)|(?P<bare>[\w.-]+))"
-    r"(?=[\s;&|<>()]|$)",
-    re.ASCII,
-)
-_TIME_KEYWORD = re.compile(r"(?:^|(?<=[\s;&|(!{]))time(?=\s)")
-
-
-@dataclass(frozen=True)
-class _Body:
-    """A here-document's body as the prescan found it in the original text."""
-
-    text: str
-    literal: bool  # its delimiter was quoted: nothing in it is expanded
-
-
-@dataclass(frozen=True)
-class _Reading:
-    trees: list[Any]
-    source: str  # the text bashlex read
-    bodies: dict[int, _Body]  # here-document bodies by their offset in the original text
-    inserted: tuple[int, ...] = ()  # offsets in `source` of characters the parse added (`\time`)
-
-    def original(self, position: int) -> int:
-        """The offset in the original text of `position` in `source`."""
-        return position - bisect.bisect_left(self.inserted, position)
-
-
-def _prescan(text: str) -> tuple[str, str, dict[int, _Body]]:
-    """Find the here-documents of `text`: (the text with their delimiters' quotes blanked, the same with their
-    bodies blanked too, the bodies by offset). Both rewrites keep every offset.
-
-    bashlex 0.18 cannot match a quoted delimiter (`<<'EOF'`), and reads substitutions in the body of a quoted
-    here-document inside `$( )` (Claude Code's `git commit -m "$(cat <<'EOF' … EOF )"`): a backquote in a commit
-    message became a command, or a parse error. Bodies are taken from here instead, and blanked for bashlex. This
-    scan does not know quoting, so a `<<` it finds inside quotes is only a guess: the parse is used only if bashlex
-    finds a here-document at each body found here (`_verified`), else the text is read again with bodies kept.
-    """
-    unquoted, blanked = list(text), list(text)
-    bodies: dict[int, _Body] = {}
-    regions: list[tuple[int, int]] = []
-    next_start = 0
-    for match in _HEREDOC.finditer(text):
-        if any(start <= match.start() < end for start, end in regions):
-            continue  # inside an earlier body: text, not an operator
-        line_end = text.find("\n", match.end())
-        if line_end < 0:
-            break
-        name = match.group("single") or match.group("double") or match.group("escaped") or match.group("bare")
-        tabs = "\t*" if match.group("dash") else ""
-        start = max(line_end + 1, next_start)  # several here-documents on a line follow one another
-        terminator = re.compile(rf"^{tabs}{re.escape(name)}$", re.MULTILINE).search(text, start)
-        if terminator is None:
-            break
-        for at in range(match.start(), match.end()):
-            if text[at] in "'\"\\" and at > match.start() + 1:
-                unquoted[at] = blanked[at] = " "
-        for at in range(start, terminator.start()):
-            if text[at] != "\n":
-                blanked[at] = " "
-        bodies[start] = _Body(text[start : terminator.start()], not match.group("bare"))
-        regions.append((start, terminator.end()))
-        next_start = terminator.end() + 1
-    return "".join(unquoted), "".join(blanked), bodies
-
-
-def _parse(text: str, budget: int) -> tuple[_Reading | str, int]:
-    """bashlex's reading of `text`, or why there is none; and the tokens it cost, refused past `budget`."""
-    unquoted, blanked, bodies = _prescan(text)
-    cost = 0
-    try:
-        if bodies:
-            cost = _tokens(blanked)
-            if cost > budget:
-                return _TOO_LONG, 0
-            reading = _bashlex(blanked, bodies)
-            if _verified(reading):
-                return reading, cost
-        cost += _tokens(unquoted)
-        if cost > budget:
-            return _TOO_LONG, 0
-        return _bashlex(unquoted, bodies), cost
-    except bashlex.errors.ParsingError as error:
-        return f"the shell cannot parse it ({error.message})", cost
-    except NotImplementedError as error:
-        return f"it uses shell syntax the parser does not read ({str(error)[:80]})", cost
-    except Exception as error:  # noqa: BLE001 - bashlex fails with IndexError, AttributeError, RecursionError… on odd text
-        return f"the shell parser could not read it ({type(error).__name__})", cost
-
-
-_TOO_LONG = f"the command has more than {MAX_TOKENS} words and operators to read"
-# What bashlex's cost grows with: words and operators (a quoted string is one, however long), and substitutions,
-# which it reads again (one costs about as much as five words).
-_TOKEN = re.compile(r"""'[^']*'|"(?:[^"\\]|\\.)*"|[^\s;&|<>()'"]+|\S""")
-_SUBSTITUTION_COST = 4
-
-
-def _tokens(text: str) -> int:
-    substitutions = text.count("$(") + text.count("`") // 2 + text.count("<(") + text.count(">(")
-    return sum(1 for _ in _TOKEN.finditer(text)) + _SUBSTITUTION_COST * substitutions
-
-
-def _bashlex(source: str, bodies: dict[int, _Body]) -> _Reading:
-    """bashlex's trees; for the `time` keyword, which bashlex 0.18 does not implement, read again with it quoted
-    (`\\time`): the `time` command, which wrappers.py sees through."""
-    try:
-        return _Reading(bashlex.parse(source), source, bodies)
-    except NotImplementedError as error:
-        if "time" not in str(error):
-            raise
-    inserted: list[int] = []
-
-    def quote(match: re.Match[str]) -> str:
-        inserted.append(match.start() + len(inserted))
-        return "\\time"
-
-    source = _TIME_KEYWORD.sub(quote, source)
-    return _Reading(bashlex.parse(source), source, bodies, tuple(inserted))
-
-
-def _verified(reading: _Reading) -> bool:
-    """Whether bashlex found a here-document at each body the prescan blanked, and no other."""
-    found: set[int] = set()
-    pending = list(reading.trees)
-    while pending:
-        node = pending.pop()
-        if node.kind == "heredoc":
-            found.add(reading.original(node.pos[0]))
-        for value in vars(node).values():
-            pending.extend(child for child in (value if isinstance(value, list) else [value]) if _is_node(child))
-    return found == set(reading.bodies)
-
-
-def _is_node(value: object) -> bool:
-    return isinstance(value, bashlex.ast.node)
