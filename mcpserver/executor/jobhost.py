@@ -19,6 +19,7 @@ nothing of the project (it may outlive an upgrade of the installed code).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -154,8 +155,6 @@ class Host:
                 self.record_exit()  # the output stays open (something the command left holds it): say so now
         if "exit_code" not in self.state:
             self.record_exit()
-        if self.mode != "none":
-            os.unlink(self.spec["fifo"])  # nothing reads it any more: a writer now finds no FIFO, not a silent one
 
     def copy_output(self) -> None:
         try:
@@ -253,6 +252,10 @@ class Host:
             ended=time.time(),
             output_bytes=self.written,
         )
+        if self.mode != "none":
+            # Before the state says so: whoever reads "exited" finds no FIFO to write to, not a silent one.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.spec["fifo"])
         write_state(self.spec["state"], self.state)
 
 
