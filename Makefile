@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast test-postgres test-systemd bench lint check-python venv clean lock
+.PHONY: run test test-slow test-fast test-postgres test-systemd bench lint check-python venv clean lock
 
 check-python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null || \
@@ -23,23 +23,31 @@ venv: check-python $(STAMP)
 run: venv
 	$(PY) manage.py run
 
+# pytest-xdist: a worker per core, each test module whole on one worker (its module-scoped servers made once).
+PARALLEL ?= -n auto --dist loadfile
+
+# Lint, then every tier but the slow tests (tests/tiers.py), in parallel.
 test: lint
 	$(PY) manage.py makemigrations --check --dry-run
-	env -u DATABASE_URL $(PY) -m pytest
+	env -u DATABASE_URL $(PY) -m pytest $(PARALLEL) -m "not slow"
 
-# The unit and in-process tiers only (no Daphne, no browser, no installer; tests/tiers.py), without the lint, on a
-# worker per core (pytest-xdist).
+# The slow tests alone (full installs, the bench's smoke run, damaged databases, several server processes); CI runs
+# them after `make test`.
+test-slow: venv
+	env -u DATABASE_URL $(PY) -m pytest $(PARALLEL) -m slow
+
+# The unit and in-process tiers only (no Daphne, no browser, no installer; tests/tiers.py), without the lint.
 test-fast: venv
-	env -u DATABASE_URL $(PY) -m pytest -m "unit or inprocess" -n auto
+	env -u DATABASE_URL $(PY) -m pytest $(PARALLEL) -m "unit or inprocess"
 
-# DATABASE_URL=postgres://user:password@host:port/name, a role that may create databases: pytest-django makes the
-# test database beside NAME, and every live server one of its own (sandstorm_live_*); all are dropped afterwards.
-# The tests whose outcome cannot depend on the database (tests/tiers.py, same_on_any_database) are left out: `make
-# test` ran them.
+# DATABASE_URL=postgres://user:password@host:port/name, a role that may create databases: pytest-django makes a
+# test database beside NAME for each worker, and every live server one of its own (sandstorm_live_*); all are dropped
+# afterwards. The tests whose outcome cannot depend on the database (tests/tiers.py, same_on_any_database) are left
+# out: `make test` and `make test-slow` ran them. The slow ones that can depend on it run here.
 test-postgres: venv
 	@case "$$DATABASE_URL" in postgres://*|postgresql://*) ;; \
 		*) echo "make test-postgres needs DATABASE_URL=postgres://user:password@host:port/name"; exit 2;; esac
-	$(PY) -m pytest -m "not same_on_any_database"
+	$(PY) -m pytest $(PARALLEL) -m "not same_on_any_database"
 
 # The production install under a real systemd (not part of `make test`, which cannot boot a container): as root,
 # with debootstrap and systemd-container; a Debian 12 rootfs is cached in /var/tmp/sandstorm-systemd-ci. Installs

@@ -55,12 +55,16 @@ def database_name(url: str) -> str:
     return urlsplit(url).path.lstrip("/")
 
 
-def new_postgres_database() -> str:
-    """Create an empty database on the suite's PostgreSQL server; returns its URL."""
+def new_postgres_database(template: str | None = None, *, tracked: bool = True) -> str:
+    """Create a database on the suite's PostgreSQL server, empty or a copy of the database of URL `template` (which
+    nobody may be connected to); returns its URL. An untracked one is the caller's to drop (a template made once for
+    the whole session must outlive the test that happened to make it)."""
     name = LIVE_PREFIX + secrets.token_hex(6)
+    copied = f' TEMPLATE "{database_name(template)}"' if template else ""
     with closing(_connect_postgres(POSTGRES_URL)) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    _made.add(name)
+        admin.execute(f'CREATE DATABASE "{name}"{copied}')
+    if tracked:
+        _made.add(name)
     return _with_database(POSTGRES_URL, name)
 
 

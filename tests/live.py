@@ -25,9 +25,10 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult
 
 from tests import tiers
+from tests.boot_template import BOOTSTRAP_INPUTS, REPO, boot_template
 from tests.database import ON_POSTGRES, ServerDatabase, new_postgres_database
 
-REPO = Path(__file__).resolve().parent.parent
+__all__ = ["REPO"]  # where the tests run manage.py from; many import it from here
 # Generous: on a loaded 2-core machine a start has taken over 30 s; a healthy server ends the wait at once.
 START_DEADLINE = 60.0
 T = TypeVar("T")
@@ -41,10 +42,24 @@ INITIALIZE = {
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
+# Ports handed out by free_port, each held by a socket of this process until it ends.
+_RESERVED: dict[int, socket.socket] = {}
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port on 127.0.0.1 that stays this caller's while this process runs, so that no other test process (an xdist
+    worker) and no outgoing connection can take it between now and the moment its server binds it.
+
+    The port is picked by binding port 0 plainly, which the kernel never answers with a port some socket is bound to,
+    and is then held by that socket, bound and not listening, with SO_REUSEADDR set: a server that also sets it
+    (Daphne through mcpserver/listening.py, Caddy, redis-server) binds the port beside it and listens, while a plain
+    bind, another free_port and the kernel's choice of a local port for a connection are all refused the port."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    port = int(sock.getsockname()[1])
+    _RESERVED[port] = sock
+    return port
 
 
 def poll(check: Callable[[], T | None], deadline: float, interval: float = 0.05, what: str = "condition") -> T:
@@ -67,6 +82,9 @@ class LiveServer:
     token: str
     admin_password: str
     process: subprocess.Popen[bytes] | None = None
+    # Its state is a copy of the bootstrapped template (tests/boot_template.py) and it has not started yet: the
+    # first start needs no `bootstrap`, which would change nothing.
+    bootstrapped: bool = False
     log_path: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -105,7 +123,9 @@ class LiveServer:
         return self.manage("create_token", name, "--scope", scope).stdout.strip().splitlines()[-1]
 
     def start(self) -> None:
-        self.manage("bootstrap")
+        if not self.bootstrapped:
+            self.manage("bootstrap")
+        self.bootstrapped = False
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
             [sys.executable, "manage.py", "serve"], cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT
@@ -140,32 +160,48 @@ class LiveServer:
 
 
 def make_server(root: Path, **overrides: str) -> LiveServer:
+    """A server in `root` (not started), on a port of its own, with these environment variables. Its state is a copy
+    of a bootstrapped one (tests/boot_template.py) unless `overrides` change what bootstrap makes."""
+    return _make_server(root, overrides, new_state=False)
+
+
+def make_server_without_state(root: Path, **overrides: str) -> LiveServer:
+    """`make_server`, but with no state at all, as a first `make run` finds."""
+    return _make_server(root, overrides, new_state=True)
+
+
+def _make_server(root: Path, overrides: dict[str, str], new_state: bool) -> LiveServer:
     tiers.require("live", "makes a live server")
     root.mkdir(parents=True, exist_ok=True)
     (root / "workspace").mkdir(exist_ok=True)
     port = free_port()
-    token = "sst_test_" + secrets.token_urlsafe(24)
-    password = secrets.token_urlsafe(12)
     env = {
         key: value
         for key, value in os.environ.items()
         if not key.startswith(("SANDSTORM_", "DJANGO_")) and key != "DATABASE_URL"
     }
+    env.update(SANDSTORM_MCP_HOST="127.0.0.1", SANDSTORM_MCP_PORT=str(port), PYTHONUNBUFFERED="1")
+    state_dir = root / "state"
+    from_template = not new_state and not BOOTSTRAP_INPUTS & overrides.keys() and not state_dir.exists()
+    if from_template:
+        # A copy of the state a bootstrap makes: its database (under PostgreSQL one of its own, made from the
+        # template database; tests/conftest.py drops it after the test that made it, or at the end of the session
+        # for servers shared by many tests), keys, token and password.
+        template = boot_template(env)
+        env.update(template.copy_to(state_dir))
+        token, password = template.token, template.admin_password
+    else:
+        token, password = "sst_test_" + secrets.token_urlsafe(24), secrets.token_urlsafe(12)
+        if ON_POSTGRES and "DATABASE_URL" not in overrides:
+            env["DATABASE_URL"] = new_postgres_database()  # a database of its own, as the state dir is its own
     env.update(
-        SANDSTORM_STATE_DIR=str(root / "state"),
+        SANDSTORM_STATE_DIR=str(state_dir),
         SANDSTORM_WORKSPACE_ROOT=str(root / "workspace"),
-        SANDSTORM_MCP_HOST="127.0.0.1",
-        SANDSTORM_MCP_PORT=str(port),
         SANDSTORM_MCP_TOKEN=token,
         SANDSTORM_ADMIN_PASSWORD=password,
-        PYTHONUNBUFFERED="1",
     )
-    if ON_POSTGRES and "DATABASE_URL" not in overrides:
-        # A database of its own on the suite's PostgreSQL server, as the state dir is its own; tests/conftest.py
-        # drops it after the test that made it, or at the end of the session for servers shared by many tests.
-        env["DATABASE_URL"] = new_postgres_database()
     env.update(overrides)
-    return LiveServer(root=root, port=port, env=env, token=token, admin_password=password)
+    return LiveServer(root=root, port=port, env=env, token=token, admin_password=password, bootstrapped=from_template)
 
 
 def make_replica(server: LiveServer, root: Path) -> LiveServer:

@@ -2,6 +2,10 @@
 
 `AdminSession` signs in on the admin's login page and answers consent pages by submitting the form with its CSRF
 token; the other helpers register clients, build PKCE authorization requests and exchange codes.
+
+The same for this process (unit tests, Django's test client against this process's test database, at the URLs its
+settings give): `HERE` for `authorize_url`, `web_client`, `register_here`, `AdminHere`, `exchange_here`,
+`refresh_here`, `obtain_tokens_here` and `audit_events_here`.
 """
 
 from __future__ import annotations
@@ -12,12 +16,17 @@ import json
 import secrets
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx2
+from django.conf import settings
+from django.test import Client as DjangoClient
 
 from tests.live import INITIALIZE, MCP_HEADERS, LiveServer
+
+if TYPE_CHECKING:
+    from django.test.client import _MonkeyPatchedWSGIResponse as TestResponse
 
 LOOPBACK_REDIRECT = "http://127.0.0.1:33418/callback"
 
@@ -72,8 +81,19 @@ class Client:
         return {"client_id": self.client_id, **({"client_secret": self.client_secret} if self.client_secret else {})}
 
 
-def register(server: LiveServer, redirect_uri: str = LOOPBACK_REDIRECT, **metadata: object) -> Client:
-    body = {
+class Site(Protocol):
+    """Where an authorization server is: a live server, or this process (`HERE`)."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def mcp_url(self) -> str: ...
+
+
+def registration_metadata(redirect_uri: str, **metadata: object) -> dict[str, object]:
+    """A client's registration: a confidential client of the authorization-code flow, with `metadata` on top."""
+    return {
         "client_name": "Test client",
         "redirect_uris": [redirect_uri],
         "grant_types": ["authorization_code", "refresh_token"],
@@ -81,15 +101,17 @@ def register(server: LiveServer, redirect_uri: str = LOOPBACK_REDIRECT, **metada
         "token_endpoint_auth_method": "client_secret_post",
         **metadata,
     }
+
+
+def register(server: LiveServer, redirect_uri: str = LOOPBACK_REDIRECT, **metadata: object) -> Client:
+    body = registration_metadata(redirect_uri, **metadata)
     response = httpx2.post(f"{server.url}/oauth/register/", json=body, timeout=30)
     assert response.status_code == 201, response.text
     data = response.json()
     return Client(data["client_id"], data.get("client_secret"), redirect_uri, data)
 
 
-def authorize_url(
-    server: LiveServer, client: Client, challenge: str | None, state: str = "st-1", **extra: str | None
-) -> str:
+def authorize_url(server: Site, client: Client, challenge: str | None, state: str = "st-1", **extra: str | None) -> str:
     """The authorization request's URL; an `extra` of None leaves that parameter out."""
     params = {
         "response_type": "code",
@@ -203,3 +225,112 @@ print(json.dumps([dict(detail=r.detail, username=r.username, credential_kind=r.c
                        client_address=r.client_address) for r in rows]))
 """
     return list(json.loads(shell(server, code).strip().splitlines()[-1]))
+
+
+# --- the same in this process: Django's test client against this process's test database (unit tests) --------------
+
+
+class ThisProcess:
+    """The server this process's settings describe: its public URL and its one resource, as the views see them."""
+
+    @property
+    def url(self) -> str:
+        return str(settings.PUBLIC_URL)
+
+    @property
+    def mcp_url(self) -> str:
+        return str(settings.MCP_RESOURCE_URL)
+
+
+HERE = ThisProcess()
+FORM = "application/x-www-form-urlencoded"
+
+
+def web_client(**defaults: Any) -> DjangoClient:
+    """Django's test client addressed as a browser at settings.PUBLIC_URL is: its Host header, and https (as the
+    proxy says) if the URL is https. CSRF is checked as for a browser: a form's token must be sent with it."""
+    public = urlsplit(settings.PUBLIC_URL)
+    environ: dict[str, Any] = {"HTTP_HOST": public.netloc, **defaults}
+    if public.scheme == "https":
+        environ["HTTP_X_FORWARDED_PROTO"] = "https"  # settings.SECURE_PROXY_SSL_HEADER, for an https public URL
+    return DjangoClient(enforce_csrf_checks=True, **environ)
+
+
+def post_form(http: DjangoClient, url: str, data: dict[str, str], **extra: Any) -> TestResponse:
+    """POST `data` url-encoded, as browsers and OAuth clients send forms (the test client's default is multipart)."""
+    return http.post(url, urlencode(data), content_type=FORM, **extra)
+
+
+def register_here(redirect_uri: str = LOOPBACK_REDIRECT, **metadata: object) -> Client:
+    """`register`, at this process's /oauth/register/."""
+    body = json.dumps(registration_metadata(redirect_uri, **metadata))
+    response = web_client().post("/oauth/register/", body, content_type="application/json")
+    assert response.status_code == 201, response.content
+    data = response.json()
+    return Client(data["client_id"], data.get("client_secret"), redirect_uri, data)
+
+
+class AdminHere:
+    """`AdminSession` in this process: a superuser (made in the test database) signed in to Django's test client,
+    answering consent pages by submitting the form with its CSRF token."""
+
+    def __init__(self, username: str = "admin") -> None:
+        from django.contrib.auth import get_user_model
+
+        self.user = get_user_model().objects.create_superuser(username)
+        self.http = web_client()
+        self.http.force_login(self.user)
+
+    def consent_page(self, url: str) -> TestResponse:
+        return self.http.get(url)
+
+    def decide(self, url: str, approve: bool = True) -> str:
+        """Open the consent page at `url` and submit it; the Location the server redirects to."""
+        page = self.consent_page(url)
+        assert page.status_code == 200, f"no consent page: {page.status_code} {page.get('Location')}"
+        form = hidden_inputs(page.content.decode(), "consent-form")
+        if approve:
+            form["allow"] = "Authorize"
+        answer = post_form(self.http, url, form, HTTP_REFERER=url)
+        assert answer.status_code == 302, answer.content[:500]
+        return str(answer["Location"])
+
+
+def exchange_here(client: Client, code: str, verifier: str | None, **extra: str) -> TestResponse:
+    """`exchange`, at this process's /oauth/token/."""
+    data = {
+        "grant_type": "authorization_code",
+        "code": code,
+        "redirect_uri": client.redirect_uri,
+        **client.credentials(),
+        **extra,
+    }
+    if verifier is not None:
+        data["code_verifier"] = verifier
+    return post_form(web_client(), "/oauth/token/", data)
+
+
+def refresh_here(client: Client, refresh_token: str) -> TestResponse:
+    """`refresh`, at this process's /oauth/token/."""
+    data = {"grant_type": "refresh_token", "refresh_token": refresh_token, **client.credentials()}
+    return post_form(web_client(), "/oauth/token/", data)
+
+
+def obtain_tokens_here(admin: AdminHere, client: Client, scope: str = "mcp") -> dict[str, Any]:
+    """`obtain_tokens` in this process: the whole authorization-code flow with S256 PKCE; the token response."""
+    verifier, challenge = pkce()
+    location = admin.decide(authorize_url(HERE, client, challenge, scope=scope))
+    response = exchange_here(client, query_of(location)["code"], verifier)
+    assert response.status_code == 200, response.content
+    return dict(response.json())
+
+
+def audit_events_here(name: str) -> list[dict[str, Any]]:
+    """`audit_events` of this process's test database."""
+    from audit.models import AuditRecord
+
+    rows = AuditRecord.objects.filter(event=name).order_by("id")
+    return [
+        dict(detail=r.detail, username=r.username, credential_kind=r.credential_kind, client_address=r.client_address)
+        for r in rows
+    ]

@@ -15,11 +15,19 @@ import pytest
 from playwright.sync_api import Browser, Dialog, Page
 
 from tests.browser import log_in_as_admin
-from tests.live import LiveServer, mcp_client, poll, text_of
+from tests.live import LiveServer, mcp_client, poll, running_server, text_of
 
 pytestmark = [pytest.mark.live, pytest.mark.browser]
 MARKUP = "<img src=x onerror=alert(1)>"
 PAGE_DEADLINE = 15.0
+
+
+@pytest.fixture(scope="module")
+def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """A server of this module's own: the overview ranks the busiest tools and credentials, which on the session's
+    shared server depends on what the modules that ran before this one called."""
+    with running_server(tmp_path_factory.mktemp("audit-browser")) as server:
+        yield server
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from tests.database import requires_sqlite
 from tests.live import LiveServer, make_server, mcp_client, poll, text_of
 from tests.small_disk import fill, small_tmpfs
 
-pytestmark = [pytest.mark.live, requires_sqlite]
+pytestmark = [pytest.mark.live, pytest.mark.slow, requires_sqlite]
 BUSY_TIMEOUT = 30  # seconds: sandstorm_site/settings.py's SQLite "timeout"
 
 

@@ -14,7 +14,7 @@ import pytest
 from tests.live import REPO
 
 # The bench runs without DATABASE_URL (its own SQLite databases), so the PostgreSQL run leaves it out.
-pytestmark = [pytest.mark.live, pytest.mark.same_on_any_database]
+pytestmark = [pytest.mark.live, pytest.mark.slow, pytest.mark.same_on_any_database]
 
 SECTIONS = (
     "machine",

@@ -39,7 +39,7 @@ from tests.live import (
 )
 from tests.test_make_run_live import READY, stop
 
-pytestmark = [pytest.mark.live]
+pytestmark = [pytest.mark.live, pytest.mark.slow]
 EXIT_REFUSED = 65
 PAGE = 4096
 CALLS = 6

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import time
 
 import pytest
 
@@ -133,16 +132,15 @@ def test_the_diff_does_not_split_lines_at_form_feeds() -> None:
     assert unified_diff("a\x0cb\n", "a\x0cc\n", "f").count("\n") == 5
 
 
-def test_a_10mb_text_is_matched_diagnosed_and_diffed_in_well_under_seconds() -> None:
+def test_a_10mb_text_is_matched_diagnosed_and_diffed() -> None:
+    # How long it takes is measured by `make bench` (file_edit of 10 MB against its floor), not asserted here.
     text = "".join(f"    item_{n} = value({n})\n" for n in range(400_000))  # about 10 MB
-    began = time.perf_counter()
     edited, _ = apply_edits(text, [Edit("    item_200000 = value(200000)\n", "    item = 0\n")], "p")
     assert "+    item = 0\n" in unified_diff(text, edited, "p")
     with pytest.raises(ToolFailure, match="trailing whitespace"):
         apply_edits(text, [Edit("    item_300000 = value(300000)   \n", "x")], "p")
     with pytest.raises(ToolFailure, match="line 123457"):
         apply_edits(text, [Edit("item_123456 = valeu(123456)", "x")], "p")
-    assert time.perf_counter() - began < 10
 
 
 @pytest.mark.parametrize(

@@ -111,7 +111,7 @@ async def test_cwd_outside_the_workspace_is_refused(executor: _Executor) -> None
 async def test_timeout_kills_the_whole_group_and_reports_124(executor: _Executor, tmp_path: Path) -> None:
     started = time.monotonic()
     result = await run(executor, "bash -c 'sleep 300 & echo $! > grandchild.pid; sleep 300'", timeout=0.5)
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 60  # not the grandchild's 300 s, however busy the machine
     assert (result.exit_code, result.timed_out) == (124, True)
     assert result.stderr.splitlines()[-1] == "timeout after 0.5s"
     grandchild = int((tmp_path / "grandchild.pid").read_text())
@@ -277,7 +277,7 @@ async def test_without_pidfds_a_thread_waits_for_each_command(
 async def test_backgrounded_child_holding_the_pipes_does_not_hang_the_call(executor: _Executor) -> None:
     started = time.monotonic()
     result = await run(executor, "sleep 100 & echo $! > bg.pid; echo started")
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 50  # not the background child's 100 s, however busy the machine
     assert (result.stdout, result.exit_code) == ("started\n", 0)
     assert await wait_until(lambda: not is_alive(int(Path(executor.root, "bg.pid").read_text())))
 

@@ -18,7 +18,16 @@ import pytest
 
 from oauth.claude_code import claude_code_line
 from tests.database import ON_POSTGRES
-from tests.live import INITIALIZE, MCP_HEADERS, REPO, START_DEADLINE, LiveServer, auth_headers, make_server
+from tests.live import (
+    INITIALIZE,
+    MCP_HEADERS,
+    REPO,
+    START_DEADLINE,
+    LiveServer,
+    auth_headers,
+    make_server,
+    make_server_without_state,
+)
 from tests.oauth_flow import AdminSession
 
 pytestmark = [pytest.mark.live]
@@ -122,8 +131,10 @@ def test_a_second_run_prints_the_banner_without_secrets_and_the_password_hint_th
 
 @pytest.mark.parametrize("command", ["run", "serve"])
 def test_a_taken_port_is_one_line_naming_the_variable(tmp_path: Path, command: str) -> None:
-    server = make_server(tmp_path)
+    server = make_server_without_state(tmp_path)
     with socket.socket() as taken:
+        # Beside the socket that holds the port for this test (tests/live.py free_port), as another server would.
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         taken.bind(("127.0.0.1", server.port))
         taken.listen()
         result = server.manage(command, check=False)

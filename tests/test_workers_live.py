@@ -46,7 +46,7 @@ from tests.live import (
 from tests.redis_server import RedisServer, running_redis, unique_prefix
 from tests.test_deploy_caddy_live import caddy_in_front, daphne_on_socket, executor_on_socket
 
-pytestmark = [pytest.mark.live, pytest.mark.anyio, requires_postgres]
+pytestmark = [pytest.mark.live, pytest.mark.slow, pytest.mark.anyio, requires_postgres]
 RATE_LIMIT = 60  # requests per minute per credential, over both workers
 CONCURRENT = 2  # calls in flight per credential, over both workers
 SESSIONS = 4  # open MCP sessions per credential, over both workers

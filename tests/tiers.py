@@ -4,6 +4,10 @@ live). `make test-fast` runs the first two, `make test` all three.
 
 Every test gets exactly one tier, at collection (tests/conftest.py): a tier marker it carries, else the tier of the
 fixtures it uses, else `unit`. A test that starts a server without saying so is stopped when it tries (`require`).
+
+Across the tiers, `slow` marks what is slow by nature, not by the way it is written: the installer's full runs, the
+bench's smoke run, damaged databases, several server processes behind one Caddy or Redis. `make test` leaves those
+out; `make test-slow` runs them alone and `.ci/run` runs both.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ INPROCESS_FIXTURES = frozenset({"mcp_app"})
 # refused the database.
 DATABASE_FIXTURES = frozenset({"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback"})
 ANY_DATABASE = "same_on_any_database"
+SLOW = "slow"
 
 current: str | None = None  # the tier of the test being set up or run
 
