@@ -145,6 +145,14 @@ class ServerDatabase:
             cursor.execute(self._sql(sql), params)
             return [dict(row) for row in cursor.fetchall()]
 
+    def one(self, sql: str, *params: Any) -> Row:
+        """The row a query must return exactly one of, as Django's `get()` insists (an AssertionError for none or
+        several); with LIMIT 1, the first row of one or more, as `first()` or `latest()` followed by an attribute."""
+        rows = self.query(sql, *params)
+        if len(rows) != 1:
+            raise AssertionError(f"{len(rows)} rows, not one, for {sql!r} {params!r}")
+        return rows[0]
+
     def execute(self, *statements: str | tuple[str, Sequence[Any]]) -> None:
         """Run statements in one transaction, on one connection: each an SQL text, or (SQL text, parameters)."""
         with self._cursor() as cursor:

@@ -2,6 +2,9 @@
 
 `AdminSession` signs in on the admin's login page and answers consent pages by submitting the form with its CSRF
 token; the other helpers register clients, build PKCE authorization requests and exchange codes.
+Reads of a live server's database (`audit_events`, `bearer_token_id`, `application_id`, `newest_access_token_id`)
+go to it directly through `server.database`; `shell` (a Django start-up, seconds) is for what needs the models:
+writes that hash, create or save through them.
 
 The same for this process (unit tests, Django's test client against this process's test database, at the URLs its
 settings give): `HERE` for `authorize_url`, `web_client`, `register_here`, `AdminHere`, `exchange_here`,
@@ -216,15 +219,42 @@ print(raw)
     return shell(server, code).strip().splitlines()[-1]
 
 
+# --- a live server's database read directly (tests/database.py): milliseconds, where `shell` starts Django ---------
+
+
 def audit_events(server: LiveServer, name: str) -> list[dict[str, Any]]:
-    code = f"""
-import json
-from audit.models import AuditRecord
-rows = AuditRecord.objects.filter(event={name!r}).order_by("id")
-print(json.dumps([dict(detail=r.detail, username=r.username, credential_kind=r.credential_kind,
-                       client_address=r.client_address) for r in rows]))
-"""
-    return list(json.loads(shell(server, code).strip().splitlines()[-1]))
+    """The audit records of event `name`, oldest first: their detail (decoded), username, credential_kind and
+    client_address, as `audit_events_here` gives them."""
+    rows = server.database.query(
+        "SELECT detail, username, credential_kind, client_address FROM audit_auditrecord WHERE event = %s ORDER BY id",
+        name,
+    )
+    # JSON columns come back as their text on both databases; SQL NULL is a detail of None, as Django reads it.
+    return [{**row, "detail": None if row["detail"] is None else json.loads(row["detail"])} for row in rows]
+
+
+def bearer_token_id(server: LiveServer, name: str) -> int:
+    """The id of the one bearer token named `name` (a revoked one too), as `BearerToken.objects.get(name=name)`."""
+    return int(server.database.one("SELECT id FROM oauth_bearertoken WHERE name = %s", name)["id"])
+
+
+def application_id(server: LiveServer, client_id: str) -> int:
+    """The id of the OAuth client `client_id`, as `Application.objects.get(client_id=client_id)`."""
+    sql = "SELECT id FROM oauth2_provider_application WHERE client_id = %s"
+    return int(server.database.one(sql, client_id)["id"])
+
+
+def newest_access_token_id(server: LiveServer, client_id: str | None = None) -> int:
+    """The id of the newest access token issued to a user (of the client `client_id`, if given), as
+    `AccessToken.objects.filter(user__isnull=False[, application__client_id=client_id]).latest("id")`."""
+    if client_id is None:
+        sql = "SELECT id FROM oauth2_provider_accesstoken WHERE user_id IS NOT NULL ORDER BY id DESC LIMIT 1"
+        return int(server.database.one(sql)["id"])
+    sql = (
+        "SELECT t.id FROM oauth2_provider_accesstoken t JOIN oauth2_provider_application a ON a.id = t.application_id"
+        " WHERE t.user_id IS NOT NULL AND a.client_id = %s ORDER BY t.id DESC LIMIT 1"
+    )
+    return int(server.database.one(sql, client_id)["id"])
 
 
 # --- the same in this process: Django's test client against this process's test database (unit tests) --------------

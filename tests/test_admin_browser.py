@@ -16,7 +16,7 @@ from playwright.sync_api import Page, expect
 
 from tests.artifacts import artifact_dir
 from tests.live import INITIALIZE, MCP_HEADERS, LiveServer, auth_headers, mcp_client
-from tests.oauth_flow import AdminSession, obtain_tokens, register, shell
+from tests.oauth_flow import AdminSession, obtain_tokens, register
 from tests.oauth_flow import mcp_status as oauth_mcp_status
 
 T = TypeVar("T")
@@ -36,11 +36,7 @@ def run_async(work: Callable[[], Awaitable[T]]) -> T:
 
 
 def tokens_named(server: LiveServer, name: str) -> int:
-    return int(
-        shell(
-            server, f"from oauth.models import BearerToken; print(BearerToken.objects.filter(name={name!r}).count())"
-        ).strip()
-    )
+    return int(server.database.one("SELECT COUNT(*) AS n FROM oauth_bearertoken WHERE name = %s", name)["n"])
 
 
 def create_in_the_form(page: Page, server: LiveServer, name: str, scope: str = "mcp") -> str:
@@ -120,11 +116,10 @@ def test_revoke_this_credential_on_a_call_page_reaches_the_confirmation(
             await client.call_tool("terminal_exec", {"command": f"echo {name}"})
 
     run_async(call)
-    record = shell(
-        live_server,
-        "from audit.models import AuditRecord; "
-        f"print(AuditRecord.objects.filter(kind='call.started', credential_name={name!r}).order_by('-id').first().pk)",
-    ).strip()
+    record = live_server.database.one(
+        "SELECT id FROM audit_auditrecord WHERE kind = 'call.started' AND credential_name = %s ORDER BY id DESC LIMIT 1",
+        name,
+    )["id"]
     admin_page.goto(f"{live_server.url}/admin/audit/auditrecord/{record}/change/")
     admin_page.click("#revoke-credential")
     admin_page.wait_for_url("**/revoke/")

@@ -22,7 +22,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from tests.browser import log_in_as_admin
 from tests.live import LiveServer
-from tests.oauth_flow import AdminSession, obtain_tokens, register, shell
+from tests.oauth_flow import AdminSession, bearer_token_id, obtain_tokens, register, shell
 from tests.test_audit_list_browser import SEED, call
 
 pytestmark = [pytest.mark.live, pytest.mark.browser]
@@ -52,9 +52,7 @@ def links_of(html: str) -> list[str]:
 
 
 def token_id(server: LiveServer, name: str) -> str:
-    return shell(
-        server, f"from oauth.models import BearerToken; print(BearerToken.objects.get(name={name!r}).pk)"
-    ).strip()
+    return str(bearer_token_id(server, name))  # a credential id, as the audit records hold it: text
 
 
 def test_yesterdays_failed_calls_of_a_token_are_one_click_from_its_page(

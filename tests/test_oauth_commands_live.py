@@ -36,8 +36,8 @@ def backdate_client(server: LiveServer, client_id: str, days: int) -> None:
 
 
 def client_exists(server: LiveServer, client_id: str) -> bool:
-    code = f"from oauth2_provider.models import Application; print(Application.objects.filter(client_id={client_id!r}).exists())"
-    return shell(server, code).strip() == "True"
+    sql = "SELECT COUNT(*) AS n FROM oauth2_provider_application WHERE client_id = %s"
+    return int(server.database.one(sql, client_id)["n"]) > 0
 
 
 def test_prune_clients_removes_only_old_clients_that_never_got_a_token(server: LiveServer) -> None:
@@ -71,11 +71,11 @@ def test_cleartokens_removes_expired_access_tokens(server: LiveServer) -> None:
         "AccessToken.objects.filter(application__name='inserted').update(expires=timezone.now() - timedelta(seconds=1))",
     )
     server.manage("cleartokens")
-    remaining = shell(
-        server,
-        "from oauth2_provider.models import AccessToken; print(AccessToken.objects.filter(application__name='inserted').count())",
+    remaining = server.database.one(
+        "SELECT COUNT(*) AS n FROM oauth2_provider_accesstoken t"
+        " JOIN oauth2_provider_application a ON a.id = t.application_id WHERE a.name = 'inserted'"
     )
-    assert remaining.strip() == "0"
+    assert remaining["n"] == 0
 
 
 def try_login(server: LiveServer, username: str, password: str) -> httpx2.Response:

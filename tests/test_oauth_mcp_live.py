@@ -4,13 +4,11 @@ issues, made in the database: tests/test_mcp_endpoint_inprocess.py.)"""
 
 from __future__ import annotations
 
-import json
-
 import httpx2
 import pytest
 
 from tests.live import LiveServer, mcp_client, text_of
-from tests.oauth_flow import AdminSession, mcp_status, obtain_tokens, register, shell
+from tests.oauth_flow import AdminSession, mcp_status, newest_access_token_id, obtain_tokens, register, shell
 
 pytestmark = [pytest.mark.live]
 
@@ -66,20 +64,13 @@ async def test_the_oauth_principal_reaches_the_audit_log_with_user_client_and_sc
     async with mcp_client(server.mcp_url, str(tokens["access_token"])) as mcp:
         result = await mcp.call_tool("terminal_exec", {"command": "echo via-oauth"})
         assert "via-oauth" in text_of(result)
-    code = """
-import json
-from audit.models import AuditRecord
-r = AuditRecord.objects.filter(kind="call.started", tool="terminal_exec").order_by("-id").first()
-print(json.dumps(dict(username=r.username, kind=r.credential_kind, id=r.credential_id, name=r.credential_name, scope=r.scope)))
-"""
-    record = json.loads(shell(server, code).strip().splitlines()[-1])
-    assert record["username"] == "admin" and record["kind"] == "oauth" and record["scope"] == "mcp"
-    assert record["name"] == f"Audit trail client (client {client.client_id})"
-    token_id = shell(
-        server,
-        "from oauth2_provider.models import AccessToken; print(AccessToken.objects.filter(user__isnull=False).order_by('-id').first().pk)",
+    record = server.database.one(
+        "SELECT username, credential_kind, credential_id, credential_name, scope FROM audit_auditrecord"
+        " WHERE kind = 'call.started' AND tool = 'terminal_exec' ORDER BY id DESC LIMIT 1"
     )
-    assert record["id"] == token_id.strip()
+    assert record["username"] == "admin" and record["credential_kind"] == "oauth" and record["scope"] == "mcp"
+    assert record["credential_name"] == f"Audit trail client (client {client.client_id})"
+    assert record["credential_id"] == str(newest_access_token_id(server))
 
 
 @pytest.mark.anyio
@@ -95,8 +86,8 @@ async def test_tokens_belong_to_the_user_who_approved(server: LiveServer) -> Non
     async with mcp_client(server.mcp_url, str(tokens["access_token"])) as mcp:
         result = await mcp.call_tool("terminal_exec", {"command": "echo approved-by-alice"})
         assert not result.is_error
-    code = "from audit.models import AuditRecord; print(AuditRecord.objects.filter(kind='call.started').latest('id').username)"
-    assert shell(server, code).strip() == "alice"
+    sql = "SELECT username FROM audit_auditrecord WHERE kind = 'call.started' ORDER BY id DESC LIMIT 1"
+    assert server.database.one(sql)["username"] == "alice"
 
 
 def test_the_revocation_endpoint_revokes_an_access_token_and_its_refresh_token(

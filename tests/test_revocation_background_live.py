@@ -15,7 +15,17 @@ import psutil
 import pytest
 
 from tests.live import LiveServer, apoll, live_group_members, make_replica, mcp_client, running_server, text_of
-from tests.oauth_flow import AdminSession, audit_events, hidden_inputs, obtain_tokens, refresh, register, shell
+from tests.oauth_flow import (
+    AdminSession,
+    application_id,
+    audit_events,
+    bearer_token_id,
+    hidden_inputs,
+    newest_access_token_id,
+    obtain_tokens,
+    refresh,
+    register,
+)
 
 pytestmark = [pytest.mark.live, pytest.mark.anyio]
 DEADLINE = 20.0
@@ -79,12 +89,6 @@ def run_admin_action(admin: AdminSession, changelist: str, action: str, pk: int 
     return answer.text
 
 
-def token_pk(server: LiveServer, name: str) -> str:
-    return shell(
-        server, f"from oauth.models import BearerToken; print(BearerToken.objects.get(name={name!r}).pk)"
-    ).strip()
-
-
 def stopped_pids(server: LiveServer) -> set[int]:
     return {pid for event in audit_events(server, "credentials.background_stopped") for pid in event["detail"]["pids"]}
 
@@ -110,12 +114,12 @@ async def test_the_admins_revoke_action_stops_the_tokens_background_processes(
 ) -> None:
     name = f"a-{uuid.uuid4().hex[:8]}"
     pid = await start_background(server, server.create_token(name))
-    text = run_admin_action(admin, "/admin/oauth/bearertoken/", "revoke", token_pk(server, name))
+    text = run_admin_action(admin, "/admin/oauth/bearertoken/", "revoke", bearer_token_id(server, name))
     assert "Revoked 1 token" in text and "background processes" in text
     await assert_stopped_and_audited(server, pid, kept=[token_b[1]])
     [event] = [e for e in audit_events(server, "credentials.background_stopped") if pid in e["detail"]["pids"]]
     assert event["detail"]["reason"] == "bearer" and event["detail"]["revoked_by"] == "admin"
-    assert event["detail"]["credentials"] == [f"bearer:{token_pk(server, name)}"]
+    assert event["detail"]["credentials"] == [f"bearer:{bearer_token_id(server, name)}"]
 
 
 async def test_revoke_token_on_the_shell_stops_the_tokens_background_processes(
@@ -152,10 +156,7 @@ async def test_revoking_an_oauth_client_stops_its_background_processes(
     tokens, kept = obtain_tokens(server, admin, client), obtain_tokens(server, admin, kept_client)
     pid = await start_background(server, str(tokens["access_token"]))
     kept_pid = await start_background(server, str(kept["access_token"]))
-    pk = shell(
-        server,
-        f"from oauth2_provider.models import Application; print(Application.objects.get(client_id={client.client_id!r}).pk)",
-    ).strip()
+    pk = application_id(server, client.client_id)
     assert "Revoked the tokens of 1 client" in run_admin_action(admin, "/admin/oauth/connectedapp/", "revoke", pk)
     await assert_stopped_and_audited(server, pid, kept=[token_b[1], kept_pid])
 
@@ -167,11 +168,7 @@ async def test_revoking_an_oauth_access_token_stops_its_background_processes(
     tokens, kept = obtain_tokens(server, admin, client), obtain_tokens(server, admin, kept_client)
     pid = await start_background(server, str(tokens["access_token"]))
     kept_pid = await start_background(server, str(kept["access_token"]))
-    pk = shell(
-        server,
-        "from oauth2_provider.models import AccessToken; "
-        f"print(AccessToken.objects.filter(application__client_id={client.client_id!r}, user__isnull=False).latest('id').pk)",
-    ).strip()
+    pk = newest_access_token_id(server, client.client_id)
     run_admin_action(admin, "/admin/oauth/connectedappaccesstoken/", "revoke", pk)
     await assert_stopped_and_audited(server, pid, kept=[token_b[1], kept_pid])
 
@@ -201,7 +198,7 @@ async def test_a_revocation_in_another_server_process_stops_the_processes_this_o
     replica.start()
     try:
         other_admin = AdminSession(replica)
-        run_admin_action(other_admin, "/admin/oauth/bearertoken/", "revoke", token_pk(server, name))
+        run_admin_action(other_admin, "/admin/oauth/bearertoken/", "revoke", bearer_token_id(server, name))
         other_admin.close()
         await assert_stopped_and_audited(server, pid, kept=[token_b[1]])
         assert (

@@ -10,7 +10,6 @@ database; each code is accepted once, so the next one is taken past the last ste
 from __future__ import annotations
 
 import getpass
-import json
 import time
 from base64 import b32decode
 from binascii import unhexlify
@@ -67,15 +66,14 @@ def enroll_in_database(server: LiveServer, username: str) -> None:
 
 
 def device_state(server: LiveServer, username: str) -> dict[str, Any]:
-    """The user's newest TOTP device as the server's database holds it."""
-    code = f"""
-import json
-from django_otp.plugins.otp_totp.models import TOTPDevice
-d = TOTPDevice.objects.filter(user__username={username!r}).order_by("-id").first()
-print(json.dumps(dict(key=d.key, step=d.step, t0=d.t0, digits=d.digits, drift=d.drift, last_t=d.last_t,
-                      tolerance=d.tolerance, confirmed=d.confirmed)))
-"""
-    return dict(json.loads(shell(server, code).strip().splitlines()[-1]))
+    """The user's newest TOTP device as the server's database holds it (django-otp's TOTPDevice: its key in hex)."""
+    state = server.database.one(
+        'SELECT d."key", d.step, d.t0, d.digits, d.drift, d.last_t, d.tolerance, d.confirmed'
+        " FROM otp_totp_totpdevice d JOIN auth_user u ON u.id = d.user_id WHERE u.username = %s"
+        " ORDER BY d.id DESC LIMIT 1",
+        username,
+    )
+    return {**state, "confirmed": bool(state["confirmed"])}  # SQLite's 0 or 1, PostgreSQL's boolean
 
 
 def totp_of(state: dict[str, Any]) -> TOTP:
