@@ -29,8 +29,11 @@ import signal
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from tests.live import REPO, poll
 
@@ -500,3 +503,24 @@ def with_environment_of(host: Host, installed: Host) -> Host:
     venv = "opt/sandstorm-mcp/venv"
     shutil.copytree(installed.prefix / venv, host.prefix / venv, symlinks=True)
     return host
+
+
+# --- fixtures the test modules import (each module gets its own: module scope) ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A committed clone of the working tree, for the installer to install."""
+    return make_repo(tmp_path_factory.mktemp("repo"))
+
+
+@pytest.fixture(scope="module")
+def installed(
+    tmp_path_factory: pytest.TempPathFactory, repo: Path
+) -> Iterator[tuple[Host, subprocess.CompletedProcess[str]]]:
+    """A host after its first install, its server and executor running until the module's tests are done."""
+    host, result = first_install(tmp_path_factory.mktemp("inst"), repo)
+    try:
+        yield host, result
+    finally:
+        host.stop_server()

@@ -162,7 +162,8 @@ class AdminSession:
         self.http.close()
 
 
-def exchange(server: LiveServer, client: Client, code: str, verifier: str | None, **extra: str) -> httpx2.Response:
+def code_exchange(client: Client, code: str, verifier: str | None, **extra: str) -> dict[str, str]:
+    """The token request's form that exchanges an authorization code (`verifier` None: without code_verifier)."""
     data = {
         "grant_type": "authorization_code",
         "code": code,
@@ -172,6 +173,11 @@ def exchange(server: LiveServer, client: Client, code: str, verifier: str | None
     }
     if verifier is not None:
         data["code_verifier"] = verifier
+    return data
+
+
+def exchange(server: LiveServer, client: Client, code: str, verifier: str | None, **extra: str) -> httpx2.Response:
+    data = code_exchange(client, code, verifier, **extra)
     return httpx2.post(f"{server.url}/oauth/token/", data=data, timeout=30)
 
 
@@ -328,16 +334,7 @@ class AdminHere:
 
 def exchange_here(client: Client, code: str, verifier: str | None, **extra: str) -> TestResponse:
     """`exchange`, at this process's /oauth/token/."""
-    data = {
-        "grant_type": "authorization_code",
-        "code": code,
-        "redirect_uri": client.redirect_uri,
-        **client.credentials(),
-        **extra,
-    }
-    if verifier is not None:
-        data["code_verifier"] = verifier
-    return post_form(web_client(), "/oauth/token/", data)
+    return post_form(web_client(), "/oauth/token/", code_exchange(client, code, verifier, **extra))
 
 
 def refresh_here(client: Client, refresh_token: str) -> TestResponse:

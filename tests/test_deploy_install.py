@@ -16,20 +16,20 @@ import psutil
 import pytest
 
 from oauth.claude_code import claude_code_line
-from tests.deploy_host import (
+from tests.deploy_host import (  # noqa: F401 (fixtures)
     AGENT,
     DOMAIN,
     Host,
     changes,
     commit,
-    first_install,
     host_calls_after_first_install,
+    installed,
     make_host,
-    make_repo,
     manifest,
     mode,
     owner,
     placeholders,
+    repo,
     unit_settings,
     with_environment_of,
 )
@@ -37,22 +37,6 @@ from tests.deploy_host import (
 # The installer starts the installed units' server and executor for real (the production wiring, minus systemd): slow
 # by nature. It runs without DATABASE_URL and installs on SQLite, so the PostgreSQL run leaves it out.
 pytestmark = [pytest.mark.live, pytest.mark.slow, pytest.mark.same_on_any_database]
-
-
-@pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_repo(tmp_path_factory.mktemp("repo"))
-
-
-@pytest.fixture(scope="module")
-def installed(
-    tmp_path_factory: pytest.TempPathFactory, repo: Path
-) -> Iterator[tuple[Host, subprocess.CompletedProcess[str]]]:
-    host, result = first_install(tmp_path_factory.mktemp("inst"), repo)
-    try:
-        yield host, result
-    finally:
-        host.stop_server()
 
 
 def test_first_install_migrates_creates_the_admin_and_prints_a_token_once(

@@ -9,18 +9,13 @@ import pytest
 from tests.deploy_host import (
     changes,
     make_host,
-    make_repo,
     manifest,
+    repo,  # noqa: F401 (fixtures)
 )
 
 # The installer starts the installed units' server and executor for real (the production wiring, minus systemd): slow
 # by nature. It runs without DATABASE_URL and installs on SQLite, so the PostgreSQL run leaves it out.
 pytestmark = [pytest.mark.live, pytest.mark.slow, pytest.mark.same_on_any_database]
-
-
-@pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_repo(tmp_path_factory.mktemp("repo"))
 
 
 # --- dry run and refusals ----------------------------------------------------------------------------------------

@@ -4,41 +4,23 @@ the agents' sudo rule, the audit retention, the executor's limits, an older sock
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.deploy_host import (
+from tests.deploy_host import (  # noqa: F401 (fixtures)
     AGENT,
     Host,
     changes,
-    first_install,
-    make_repo,
+    installed,
     manifest,
     mode,
     owner,
+    repo,
 )
 
 # The installer starts the installed units' server and executor for real (the production wiring, minus systemd): slow
 # by nature. It runs without DATABASE_URL and installs on SQLite, so the PostgreSQL run leaves it out.
 pytestmark = [pytest.mark.live, pytest.mark.slow, pytest.mark.same_on_any_database]
-
-
-@pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_repo(tmp_path_factory.mktemp("repo"))
-
-
-@pytest.fixture(scope="module")
-def installed(
-    tmp_path_factory: pytest.TempPathFactory, repo: Path
-) -> Iterator[tuple[Host, subprocess.CompletedProcess[str]]]:
-    host, result = first_install(tmp_path_factory.mktemp("inst"), repo)
-    try:
-        yield host, result
-    finally:
-        host.stop_server()
 
 
 def test_a_retention_turns_the_audit_prune_timer_on(installed: tuple[Host, subprocess.CompletedProcess[str]]) -> None:
