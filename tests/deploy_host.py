@@ -486,16 +486,6 @@ def unit_settings(path: Path) -> dict[str, list[str]]:
     return found
 
 
-def first_install(root: Path, repo: Path) -> tuple[Host, subprocess.CompletedProcess[str]]:
-    """A host in `root` after a first install of `repo` that passed (its server and executor left running)."""
-    host = make_host(root, repo)
-    try:
-        return host, host.install(SANDSTORM_ADMIN_PASSWORD="installer-test-password")
-    except BaseException:
-        host.stop_server()
-        raise
-
-
 def with_environment_of(host: Host, installed: Host) -> Host:
     """`host`, still to be installed, given a copy of `installed`'s Python environment: the installer finds its
     dependencies up to date (its stamp names the same pyproject.toml and lock), so a first install there does every
@@ -519,8 +509,8 @@ def installed(
     tmp_path_factory: pytest.TempPathFactory, repo: Path
 ) -> Iterator[tuple[Host, subprocess.CompletedProcess[str]]]:
     """A host after its first install, its server and executor running until the module's tests are done."""
-    host, result = first_install(tmp_path_factory.mktemp("inst"), repo)
+    host = make_host(tmp_path_factory.mktemp("inst"), repo)
     try:
-        yield host, result
+        yield host, host.install(SANDSTORM_ADMIN_PASSWORD="installer-test-password")
     finally:
         host.stop_server()

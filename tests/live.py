@@ -28,7 +28,6 @@ from tests import tiers
 from tests.boot_template import BOOTSTRAP_INPUTS, REPO, boot_template
 from tests.database import ON_POSTGRES, ServerDatabase, new_postgres_database
 
-__all__ = ["REPO"]  # where the tests run manage.py from; many import it from here
 # Generous: on a loaded 2-core machine a start has taken over 30 s; a healthy server ends the wait at once.
 START_DEADLINE = 60.0
 T = TypeVar("T")
@@ -42,8 +41,8 @@ INITIALIZE = {
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
-# Ports handed out by free_port, each held by a socket of this process until it ends.
-_RESERVED: dict[int, socket.socket] = {}
+# The sockets that hold the ports free_port handed out, until this process ends.
+_HOLDERS: list[socket.socket] = []
 
 
 def free_port() -> int:
@@ -57,9 +56,8 @@ def free_port() -> int:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    port = int(sock.getsockname()[1])
-    _RESERVED[port] = sock
-    return port
+    _HOLDERS.append(sock)
+    return int(sock.getsockname()[1])
 
 
 def poll(check: Callable[[], T | None], deadline: float, interval: float = 0.05, what: str = "condition") -> T:
@@ -82,9 +80,9 @@ class LiveServer:
     token: str
     admin_password: str
     process: subprocess.Popen[bytes] | None = None
-    # Its state is a copy of the bootstrapped template (tests/boot_template.py) and it has not started yet: the
-    # first start needs no `bootstrap`, which would change nothing.
-    bootstrapped: bool = False
+    # Its state is a copy of the bootstrapped template (tests/boot_template.py), not yet started: a `bootstrap`
+    # would change nothing, so the first start skips it (later starts run it, as on any server).
+    fresh_copy: bool = False
     log_path: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -123,9 +121,9 @@ class LiveServer:
         return self.manage("create_token", name, "--scope", scope).stdout.strip().splitlines()[-1]
 
     def start(self) -> None:
-        if not self.bootstrapped:
+        if not self.fresh_copy:
             self.manage("bootstrap")
-        self.bootstrapped = False
+        self.fresh_copy = False
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
             [sys.executable, "manage.py", "serve"], cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT
@@ -201,7 +199,7 @@ def _make_server(root: Path, overrides: dict[str, str], new_state: bool) -> Live
         SANDSTORM_ADMIN_PASSWORD=password,
     )
     env.update(overrides)
-    return LiveServer(root=root, port=port, env=env, token=token, admin_password=password, bootstrapped=from_template)
+    return LiveServer(root=root, port=port, env=env, token=token, admin_password=password, fresh_copy=from_template)
 
 
 def make_replica(server: LiveServer, root: Path) -> LiveServer:

@@ -80,6 +80,12 @@ class Client:
     redirect_uri: str
     registration: dict[str, object] = field(default_factory=dict)
 
+    @classmethod
+    def registered(cls, registration: dict[str, object], redirect_uri: str) -> Client:
+        """The client a registration endpoint's 201 answer describes."""
+        secret = registration.get("client_secret")
+        return cls(str(registration["client_id"]), str(secret) if secret else None, redirect_uri, registration)
+
     def credentials(self) -> dict[str, str]:
         return {"client_id": self.client_id, **({"client_secret": self.client_secret} if self.client_secret else {})}
 
@@ -110,8 +116,7 @@ def register(server: LiveServer, redirect_uri: str = LOOPBACK_REDIRECT, **metada
     body = registration_metadata(redirect_uri, **metadata)
     response = httpx2.post(f"{server.url}/oauth/register/", json=body, timeout=30)
     assert response.status_code == 201, response.text
-    data = response.json()
-    return Client(data["client_id"], data.get("client_secret"), redirect_uri, data)
+    return Client.registered(response.json(), redirect_uri)
 
 
 def authorize_url(server: Site, client: Client, challenge: str | None, state: str = "st-1", **extra: str | None) -> str:
@@ -127,6 +132,14 @@ def authorize_url(server: Site, client: Client, challenge: str | None, state: st
         **extra,
     }
     return f"{server.url}/oauth/authorize/?{urlencode({k: v for k, v in params.items() if v is not None})}"
+
+
+def consent_answer(page_html: str, approve: bool) -> dict[str, str]:
+    """The consent page's form as the admin submits it: its hidden fields, and "allow" to approve (deny without)."""
+    form = hidden_inputs(page_html, "consent-form")
+    if approve:
+        form["allow"] = "Authorize"
+    return form
 
 
 class AdminSession:
@@ -151,10 +164,7 @@ class AdminSession:
         """Open the consent page at `url` and submit it; the Location the server redirects to."""
         page = self.consent_page(url)
         assert page.status_code == 200, f"no consent page: {page.status_code} {page.headers.get('location')}"
-        form = hidden_inputs(page.text, "consent-form")
-        if approve:
-            form["allow"] = "Authorize"
-        answer = self.http.post(url, data=form, headers={"Referer": url})
+        answer = self.http.post(url, data=consent_answer(page.text, approve), headers={"Referer": url})
         assert answer.status_code == 302, answer.text[:500]
         return answer.headers["location"]
 
@@ -181,9 +191,13 @@ def exchange(server: LiveServer, client: Client, code: str, verifier: str | None
     return httpx2.post(f"{server.url}/oauth/token/", data=data, timeout=30)
 
 
+def refresh_request(client: Client, refresh_token: str) -> dict[str, str]:
+    """The token request's form that exchanges a refresh token."""
+    return {"grant_type": "refresh_token", "refresh_token": refresh_token, **client.credentials()}
+
+
 def refresh(server: LiveServer, client: Client, refresh_token: str) -> httpx2.Response:
-    data = {"grant_type": "refresh_token", "refresh_token": refresh_token, **client.credentials()}
-    return httpx2.post(f"{server.url}/oauth/token/", data=data, timeout=30)
+    return httpx2.post(f"{server.url}/oauth/token/", data=refresh_request(client, refresh_token), timeout=30)
 
 
 def obtain_tokens(server: LiveServer, admin: AdminSession, client: Client, scope: str = "mcp") -> dict[str, object]:
@@ -302,8 +316,7 @@ def register_here(redirect_uri: str = LOOPBACK_REDIRECT, **metadata: object) -> 
     body = json.dumps(registration_metadata(redirect_uri, **metadata))
     response = web_client().post("/oauth/register/", body, content_type="application/json")
     assert response.status_code == 201, response.content
-    data = response.json()
-    return Client(data["client_id"], data.get("client_secret"), redirect_uri, data)
+    return Client.registered(response.json(), redirect_uri)
 
 
 class AdminHere:
@@ -324,10 +337,7 @@ class AdminHere:
         """Open the consent page at `url` and submit it; the Location the server redirects to."""
         page = self.consent_page(url)
         assert page.status_code == 200, f"no consent page: {page.status_code} {page.get('Location')}"
-        form = hidden_inputs(page.content.decode(), "consent-form")
-        if approve:
-            form["allow"] = "Authorize"
-        answer = post_form(self.http, url, form, HTTP_REFERER=url)
+        answer = post_form(self.http, url, consent_answer(page.content.decode(), approve), HTTP_REFERER=url)
         assert answer.status_code == 302, answer.content[:500]
         return str(answer["Location"])
 
@@ -339,8 +349,7 @@ def exchange_here(client: Client, code: str, verifier: str | None, **extra: str)
 
 def refresh_here(client: Client, refresh_token: str) -> TestResponse:
     """`refresh`, at this process's /oauth/token/."""
-    data = {"grant_type": "refresh_token", "refresh_token": refresh_token, **client.credentials()}
-    return post_form(web_client(), "/oauth/token/", data)
+    return post_form(web_client(), "/oauth/token/", refresh_request(client, refresh_token))
 
 
 def obtain_tokens_here(admin: AdminHere, client: Client, scope: str = "mcp") -> dict[str, Any]:

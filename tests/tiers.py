@@ -22,7 +22,6 @@ INPROCESS_FIXTURES = frozenset({"mcp_app"})
 # refused the database.
 DATABASE_FIXTURES = frozenset({"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback"})
 ANY_DATABASE = "same_on_any_database"
-SLOW = "slow"
 
 current: str | None = None  # the tier of the test being set up or run
 
