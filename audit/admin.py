@@ -20,7 +20,6 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.http import urlencode
-from django.utils.text import Truncator
 
 from audit import admin_events  # noqa: F401  (registers the security events' admin)
 from audit.admin_lists import SEARCH_ALL_PARAM, NoCountChangeList, ReadOnlyAuditAdmin, recent_values
@@ -38,6 +37,7 @@ from audit.filters import (
 )
 from audit.models import KIND_STARTED, AuditRecord
 from audit.views import policy_detail
+from audit.visible import one_line
 
 # A search in the list looks through this many newest records unless asked for all: a search that matches little
 # reads every record it may look at (about a second per million here); the exports always search everything.
@@ -79,7 +79,7 @@ def argument_summary(arguments: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     if "source" in arguments and "dest" in arguments:
         text = f"{arguments['source']} → {arguments['dest']}"
-    return Truncator(" ".join(str(text).split())).chars(SUMMARY_CHARS)
+    return one_line(str(text), SUMMARY_CHARS)  # hidden characters spelled out before whitespace is folded
 
 
 def search_floor(request: HttpRequest, search_term: str) -> int:

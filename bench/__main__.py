@@ -26,6 +26,7 @@ from typing import Any
 POSTGRES_URL = os.environ.pop("DATABASE_URL", "").strip()
 
 from bench import audit_admin, compare, scale, sections, toolkit_edit, toolkit_grep, toolkit_output  # noqa: E402
+from bench import confinement as bench_confinement  # noqa: E402
 from bench import policy as bench_policy  # noqa: E402
 from bench import redaction as bench_redaction  # noqa: E402
 from bench.hop import executor_hop  # noqa: E402
@@ -91,6 +92,11 @@ async def call_sections(server: BenchServer, sizes: sections.Sizes) -> dict[str,
     log(f"bench: redaction {redaction['median_us']} µs for a 16 KB output's excerpt (median of its outputs)")
     hop = await executor_hop(sizes.sequential, sizes.warmup)
     log("bench: executor hop " + ", ".join(f"{name} +{case['hop_median_ms']} ms" for name, case in hop.items()))
+    confined = await bench_confinement.measure(server, sizes)
+    log(
+        f"bench: kernel confinement: terminal_exec true workspace/host {confined['terminal_exec_true']['ratio']}x, "
+        f"git status read sandbox/unconfined {confined['git_status']['ratio']}x (limit {confined['limit']}x)"
+    )
     return {
         "executor_hop": hop,
         **sequential(measured),
@@ -99,6 +105,7 @@ async def call_sections(server: BenchServer, sizes: sections.Sizes) -> dict[str,
         "toolkit": toolkit,
         "policy": policy,
         "redaction": redaction,
+        "confinement": confined,
     }
 
 

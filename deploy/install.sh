@@ -75,6 +75,11 @@ TMPFILES_CONF="$PREFIX/etc/tmpfiles.d/$SERVICE.conf"
 SUDOERS_FILE="$PREFIX/etc/sudoers.d/$SERVICE"
 CADDY_DIR="$PREFIX/etc/caddy"
 CADDY_SITE="$CADDY_DIR/$SERVICE.caddy"
+# Caddy's admin API: on this socket (the main Caddyfile's global options), in a directory Caddy's user alone may
+# enter (the drop-in's RuntimeDirectory=caddy), never on localhost:2019, where every local user, agents included,
+# could rewrite Caddy's configuration.
+CADDY_ADMIN_SOCKET="$PREFIX/run/caddy/admin.sock"
+CADDY_DROP_IN="$UNIT_DIR/caddy.service.d/$SERVICE.conf"
 MANAGE="$PREFIX/usr/local/bin/sandstorm-manage"
 OS_RELEASE="$PREFIX/etc/os-release"
 PACKAGES=(python3 python3-venv git caddy curl)
@@ -101,6 +106,7 @@ CHANGED_CODE=0
 CHANGED_UNITS=0
 CHANGED_CONFIG=0
 CHANGED_CADDY=0
+CHANGED_CADDY_ADMIN=0  # the admin address or its directory changed: a reload cannot move it, a restart does
 CHANGED_SOCKET=0
 CHANGED_SERVER_SOCKET=0
 CHANGED_REDIS=0
@@ -799,12 +805,22 @@ install_caddy_site() {
     MAX_REQUEST_BYTES="$(env_file_value SANDSTORM_MAX_REQUEST_BYTES || echo "$MAX_REQUEST_BYTES")"
     put_rendered "$REPO/deploy/Caddyfile" "$CADDY_SITE" 0644 root:root && CHANGED_CADDY=1
     ensure_caddy_import && CHANGED_CADDY=1
-    if [ "$CHANGED_CADDY" -eq 1 ] && [ "$DRY_RUN" -eq 0 ]; then
+    ensure_caddy_admin && CHANGED_CADDY_ADMIN=1
+    if put_rendered "$REPO/deploy/systemd/caddy-admin.conf" "$CADDY_DROP_IN" 0644 root:root; then
+        CHANGED_CADDY_ADMIN=1
+        run systemctl daemon-reload
+    fi
+    if [ "$((CHANGED_CADDY + CHANGED_CADDY_ADMIN))" -gt 0 ] && [ "$DRY_RUN" -eq 0 ]; then
         as_root caddy validate --adapter caddyfile --config "$CADDY_DIR/Caddyfile" >/dev/null 2>&1 ||
             die "Caddy rejects $CADDY_DIR/Caddyfile (see: caddy validate --adapter caddyfile --config $CADDY_DIR/Caddyfile); Caddy keeps running its previous configuration"
     fi
     if ! unit_active caddy.service; then
         run systemctl enable --now caddy.service || caddy_failed start
+    elif [ "$CHANGED_CADDY_ADMIN" -eq 1 ]; then
+        # `caddy reload` would look for the admin API where the new file puts it, not where the running Caddy
+        # listens: a restart (once, when the address moves) makes the socket's directory and moves it.
+        say "Restarting Caddy: its admin API moves to $CADDY_ADMIN_SOCKET"
+        run systemctl restart caddy.service || caddy_failed restart
     elif [ "$CHANGED_CADDY" -eq 1 ]; then
         run systemctl reload caddy.service || caddy_failed reload
     else
@@ -817,6 +833,38 @@ caddy_failed() {
     printf 'install.sh: error: caddy.service failed to %s. Its journal (journalctl -u caddy):\n' "$1" >&2
     as_root journalctl -u caddy.service -n 15 --no-pager -o cat >&2 2>/dev/null || true
     die "Caddy is not serving $DOMAIN: fix what the journal above says (often another program on port 80 or 443: ss -ltnp), then rerun: SANDSTORM_DOMAIN=$DOMAIN bash deploy/install.sh"
+}
+
+# Refused before anything changes: a main Caddyfile whose admin option this installer must not overwrite.
+check_caddy_admin() {
+    local main="$CADDY_DIR/Caddyfile" why
+    as_root test -f "$main" || return 0
+    why="$(as_root python3 "$REPO/deploy/caddy_admin.py" check "$main" "$CADDY_ADMIN_SOCKET" 2>&1)" ||
+        die "Caddy's admin API must be out of agents' reach, and $why; nothing was changed"
+}
+
+# The admin option in the main Caddyfile's global options (deploy/caddy_admin.py). Returns 0 if it changed it.
+ensure_caddy_admin() {
+    local main="$CADDY_DIR/Caddyfile" draft status=0
+    if ! as_root test -f "$main"; then  # a dry run's: ensure_caddy_import writes it otherwise
+        note "would put Caddy's admin API on $CADDY_ADMIN_SOCKET in $main"
+        return 0
+    fi
+    draft="$(mktemp)"
+    as_root python3 "$REPO/deploy/caddy_admin.py" apply "$main" "$CADDY_ADMIN_SOCKET" >"$draft" || status=$?
+    if [ "$status" -eq 1 ]; then
+        rm -f "$draft"
+        return 1
+    fi
+    [ "$status" -eq 0 ] || die "could not put Caddy's admin API on $CADDY_ADMIN_SOCKET in $main (see above)"
+    if [ "$DRY_RUN" -eq 0 ] && ! as_root test -e "$main.before-sandstorm"; then
+        as_root cp -p "$main" "$main.before-sandstorm"
+        note "kept the previous $main as $main.before-sandstorm"
+    fi
+    put_file "$draft" "$main" 0644 root:root || true
+    rm -f "$draft"
+    note "Caddy's admin API: $CADDY_ADMIN_SOCKET (root and Caddy's user only)"
+    return 0
 }
 
 # Returns 0 if it changed the main Caddyfile.
@@ -1027,6 +1075,7 @@ main() {
     check_os
     check_privileges
     [ "$DRY_RUN" -eq 1 ] && say "Dry run: showing what would change"
+    check_caddy_admin
     install_packages
     ensure_users
     ensure_dirs

@@ -1,6 +1,7 @@
 """The console's page of background commands: every user's, newest first, with the state the executor reports
 (running, waiting for input, exited with its code, killed, lost) and their output size; "Stop" ends the selected
-running ones (SIGTERM to their process group, as terminal_kill) and the audit log says who stopped what.
+ones (SIGTERM to their process group and to all their job host adopted, even in sessions of their own, then
+SIGKILL to what is left) and the audit log says who stopped what.
 
 The rows are the registry (mcpserver.models.BackgroundProcess); the states come from the executor in one call per
 page, through the executor client of the application this process serves."""
@@ -17,6 +18,7 @@ from django.template.response import TemplateResponse
 from django.utils.html import format_html
 
 from audit.log import event, request_actor
+from audit.visible import one_line
 from mcpserver.background import job_ref, stop_jobs
 from mcpserver.executor.interface import Executor, ExecutorError
 from mcpserver.models import BackgroundProcess
@@ -71,8 +73,7 @@ class BackgroundProcessAdmin(admin.ModelAdmin):
 
     @admin.display(description="command")
     def short_command(self, obj: BackgroundProcess) -> str:
-        flat = " ".join(obj.command.split())
-        return flat if len(flat) <= 120 else flat[:119] + "…"
+        return one_line(obj.command, 120)
 
     @admin.display(description="state")
     def state(self, obj: BackgroundProcess) -> str:

@@ -10,6 +10,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 
 from audit.log import event, request_actor
+from audit.visible import one_line
 from mcpserver.approvals.requests import summary_of
 from mcpserver.models import ApprovalGrant, ApprovalRequest
 from mcpserver.process import INSTANCE_ID
@@ -40,8 +41,7 @@ class ApprovalRequestAdmin(ReadOnly):
 
     @admin.display(description="command or arguments")
     def command(self, obj: ApprovalRequest) -> str:
-        flat = " ".join(summary_of(obj.tool, obj.arguments).split())
-        return flat if len(flat) <= 120 else flat[:119] + "…"
+        return one_line(summary_of(obj.tool, obj.arguments), 120)
 
 
 @admin.register(ApprovalGrant)

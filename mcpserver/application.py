@@ -20,7 +20,9 @@ from mcpserver.approvals.holds import stop_waiting
 from mcpserver.approvals.requests import cancel_orphaned
 from mcpserver.authentication import BearerAuthMiddleware
 from mcpserver.bodies import JsonBodyGate
+from mcpserver.confinement_profile import protections
 from mcpserver.endpoint import McpEndpoint
+from mcpserver.executor.confinement import HOST
 from mcpserver.executor.interface import ExecutorError
 from mcpserver.guard import JsonErrors
 from mcpserver.inflight import IN_FLIGHT
@@ -59,17 +61,23 @@ async def announce_executor(services: Services) -> None:
         logger.error("the tool executor does not answer on %s: %s", services.executor.socket_path, error)
         remember_agent_user(None)
         return
-    remember_agent_user(identity["user"])
+    remember_agent_user(identity["user"], identity.get("confinement"))
     logger.info(
         "tools run in the executor (pid %s) as OS user %s (uid %s), workspace %s",
         identity["pid"], identity["user"], identity["uid"], identity["root"],
     )  # fmt: skip
-    if services.executor_child is not None:
+    detail = protections(identity.get("confinement"))
+    logger.info(
+        "kernel confinement: %s; full-scope credentials default to profile '%s'",
+        detail.get("summary", "unknown"), detail["default_profile"],
+    )  # fmt: skip
+    if services.executor_child is not None and detail["default_profile"] == HOST:
+        why = "SANDSTORM_CONFINEMENT=host" if settings.CONFINEMENT_DEFAULT == HOST else detail.get("workspace")
         logger.warning(
-            "development mode: tools run as OS user %s, the server's own user, so an agent can read the server's "
-            "database and keys (see README, Security model); production runs them as the agent user",
-            identity["user"],
-        )
+            "development mode: tools run unconfined (%s) as OS user %s, the server's own user, so an agent can read "
+            "the server's database and keys (see README, Security model); production runs them as the agent user",
+            why, identity["user"],
+        )  # fmt: skip
     if identity["root"] != os.path.realpath(services.executor.root):
         logger.warning(
             "the executor's workspace %s is not SANDSTORM_WORKSPACE_ROOT %s", identity["root"], services.executor.root

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from signal import SIGTERM
+import asyncio
 
 from django.utils import timezone
 
@@ -51,12 +51,11 @@ def job_ref(process: BackgroundProcess) -> dict[str, object]:
 
 
 async def stop_jobs(executor: Executor, rows: list[BackgroundProcess]) -> list[BackgroundProcess]:
-    """SIGTERM the group of each row still running (PID-safe, as terminal_kill); the rows that were signalled.
-    Raises ExecutorError when the executor cannot be asked."""
-    states = await executor.job_states([job_ref(row) for row in rows]) if rows else []
-    stopped = []
-    for row, state in zip(rows, states, strict=True):
-        if state["state"] == "running" and await executor.signal_group(row.pid, row.pgid, row.start_ticks, SIGTERM):
-            await record_signal(row)
-            stopped.append(row)
+    """End each row's job: its command group and all its job host adopted (even in sessions of their own), SIGTERM
+    then SIGKILL to what is left (PID-safe); the rows that had anything running. Raises ExecutorError when the
+    executor cannot be asked."""
+    ended = await asyncio.gather(*(executor.end_job(row.log_path, row.pid, row.start_ticks) for row in rows))
+    stopped = [row for row, signalled in zip(rows, ended, strict=True) if signalled]
+    for row in stopped:
+        await record_signal(row)
     return stopped

@@ -42,6 +42,8 @@ from mcpserver.approvals.asking import hold_for_approval
 from mcpserver.approvals.holds import keep_waiting
 from mcpserver.approvals.requests import arguments_digest, consume_approved, covering_grant, summary_of
 from mcpserver.call import ToolCall, audit_actor, mark_dispatched, principal_from_request, request_session
+from mcpserver.confinement_profile import profile_of
+from mcpserver.executor import confinement
 from mcpserver.executor.interface import ToolFailure
 from mcpserver.executor.remote import ExecutorFault, ExecutorLost
 from mcpserver.inflight import IN_FLIGHT
@@ -95,6 +97,7 @@ async def dispatch(
     if principal is None:  # only reachable if the endpoint were mounted without our auth middleware
         return render(ToolResult.error("Error: this request carries no credential"), services.result_cap)
     actor = audit_actor(principal, *request_session(context.request_context))
+    confinement.PROFILE.set(profile_of(principal))  # this request's task: what its executor requests carry
     if services.stop.stopping:  # reached the tool after the stop began: not run
         await record_denied(actor, spec.name, arguments, NOT_ACCEPTED)
         raise MCPError(code=STOPPING_CODE, message=NOT_ACCEPTED)

@@ -12,6 +12,7 @@ from django.views.decorators.http import require_GET
 from redis.exceptions import RedisError
 
 from audit.log.held import held
+from mcpserver.confinement_profile import protections
 from mcpserver.executor.interface import ExecutorError
 from mcpserver.process import sandstorm_version, uptime_seconds
 from mcpserver.registry import TOOLS
@@ -41,12 +42,14 @@ async def executor_status(services: Services) -> dict[str, Any]:
         logger.error("health: the tool executor does not answer on %s: %s", services.executor.socket_path, error)
         remember_agent_user(None)
         return {"ok": False, "error": "the tool executor does not answer; tool calls fail until it is back"}
-    remember_agent_user(identity["user"])
+    remember_agent_user(identity["user"], identity.get("confinement"))
     return {
         "ok": True,
         "mode": "child" if services.executor_child is not None else "service",
         "user": identity["user"],
         "workspace_disk_free_bytes": identity.get("disk_free"),
+        # The kernel's sandbox under tool processes (docs/security.md, Kernel confinement).
+        "confinement": protections(identity.get("confinement")),
     }
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -36,7 +35,6 @@ from oauth.models import Revocation
 
 logger = logging.getLogger(__name__)
 POLL_SECONDS = 2.0
-KILL_GRACE_SECONDS = 2.0
 Claimed = list[tuple[BackgroundProcess, Revocation]]
 
 
@@ -65,17 +63,18 @@ async def _release(process: BackgroundProcess) -> None:
     await BackgroundProcess.objects.filter(pk=process.pk, signalled_at=process.signalled_at).aupdate(signalled_at=None)
 
 
-async def _signal(executor: Executor, process: BackgroundProcess, signum: int) -> bool | None:
-    """Signal the process's group through the executor (PID-safe); None if the executor could not be asked."""
+async def _end(executor: Executor, process: BackgroundProcess) -> bool | None:
+    """End the process's job through the executor: its group and all its job host adopted, SIGTERM then SIGKILL
+    (PID-safe). Whether anything was running; None if the executor could not be asked."""
     try:
-        return await executor.signal_group(process.pid, process.pgid, process.start_ticks, signum)
+        return await executor.end_job(process.log_path, process.pid, process.start_ticks)
     except ExecutorError as error:
-        logger.error("could not signal background process %d of a revoked credential: %s", process.pid, error)
+        logger.error("could not stop background process %d of a revoked credential: %s", process.pid, error)
         return None
 
 
 async def stop_background_processes(revocations: Sequence[Revocation], executor: Callable[[], Executor]) -> list[int]:
-    """SIGTERM, then after a grace period SIGKILL, each background process the revocations cover (PID-safe), and
+    """End each background process the revocations cover, with all it started (even what left its session), and
     record what was stopped, one audit event per revocation. Returns the pids stopped."""
     wanted = [revocation for revocation in revocations if revocation.stop_background]
     if not wanted:
@@ -83,18 +82,15 @@ async def stop_background_processes(revocations: Sequence[Revocation], executor:
     claimed = await sync_to_async(_claim_processes, thread_sensitive=False)(wanted)
     if not claimed:
         return []
+    ended = await asyncio.gather(*(_end(executor(), process) for process, _revocation in claimed))
     stopped: Claimed = []
-    for process, revocation in claimed:
-        signalled = await _signal(executor(), process, signal.SIGTERM)
+    for (process, revocation), signalled in zip(claimed, ended, strict=True):
         if signalled is None:
             await _release(process)  # the executor is down, and so are its tools; a later pass tries again
         elif signalled:
             stopped.append((process, revocation))
     if not stopped:
         return []
-    await asyncio.sleep(KILL_GRACE_SECONDS)
-    for process, _revocation in stopped:
-        await _signal(executor(), process, signal.SIGKILL)
     for revocation in wanted:
         mine = [process for process, by in stopped if by.pk == revocation.pk]
         if mine:

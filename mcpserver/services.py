@@ -51,6 +51,13 @@ def build_executor() -> tuple[RemoteExecutor, ExecutorChild | None]:
         "--max-processes", str(settings.TOOL_MAX_PROCESSES),
         "--max-memory", str(settings.TOOL_MAX_MEMORY),
         "--output-max-bytes", str(settings.OUTPUT_MAX_BYTES),
+        # Saved output and background logs: the executor's, in the state dir, where no tool and no confined command
+        # reaches (never the workspace: every credential's tools reach that).
+        "--output-dir", str(settings.STATE_DIR / "output"),
+        # What a workspace-confined command may neither read nor write: the state dir (database, keys, spill
+        # files) and the project checkout the server runs from (its code, its .env); the workspace stays open.
+        "--hide", str(settings.STATE_DIR), "--hide", str(settings.BASE_DIR),
+        "--kernel-confinement", settings.KERNEL_CONFINEMENT,
     )  # fmt: skip
     child = ExecutorChild(root, settings.TOOL_ENV_ALLOW, limits)
     return child.remote(), child

@@ -1,7 +1,8 @@
 """Credentials in the admin. Bearer tokens: created here, their secret shown once on the page the creation redirects
 to (oauth.shown_once: a reload says "already shown" instead of making a second token); each has a page with its
-status, use and recent calls, and a revoke confirmation; revoked, never deleted (their rows stay so the audit log
-can name them). OAuth clients ("Connected apps") and their tokens: see admin_clients. "Rotate all credentials": the
+status, use, recent calls and confinement profile (changed there, the change recorded), and a revoke confirmation;
+a `host` token is badged as a warning wherever tokens are listed; revoked, never deleted (their rows stay so the
+audit log can name them). OAuth clients ("Connected apps") and their tokens: see admin_clients. "Rotate all credentials": the
 kill switch (views/rotation.py)."""
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
 from audit.log import request_actor
-from oauth import admin_clients, admin_devices, shown_once  # noqa: F401  (the OAuth clients' pages; no device pages)
+from oauth import admin_clients, admin_devices, confinement, shown_once  # noqa: F401  (OAuth clients' pages; no devices)
+from oauth.agent_identity import agent_os_user
 from oauth.claude_code import claude_code_line
 from oauth.credential_activity import (
     bearer_calls,
@@ -31,7 +33,7 @@ from oauth.credential_activity import (
     running_count,
 )
 from oauth.credentials import KIND_BEARER
-from oauth.models import SCOPE_WORDS, BearerToken, CredentialRotation, new_token_secret
+from oauth.models import SCOPE_ALL, SCOPE_WORDS, BearerToken, CredentialRotation, new_token_secret
 from oauth.token_form import NewTokenForm, RenameTokenForm
 from oauth.tokens import revoke_tokens, save_new_token
 from oauth.views.rotation import RESULT_URL_NAME, rotation_page, rotation_result
@@ -51,8 +53,10 @@ def status_badge(status: str) -> str:
 
 @admin.register(BearerToken)
 class BearerTokenAdmin(admin.ModelAdmin):
-    list_display = ["name", "prefix", "user", "scope", "created_at", "last_used_at", "expires_at", "status"]
-    list_filter = ["scope", ("revoked_at", admin.EmptyFieldListFilter), "user"]
+    list_display = [
+        "name", "prefix", "user", "scope", "confinement_badge", "created_at", "last_used_at", "expires_at", "status",
+    ]  # fmt: skip
+    list_filter = ["scope", "confinement", ("revoked_at", admin.EmptyFieldListFilter), "user"]
     search_fields = ["name", "prefix", "user__username"]
     actions = ["revoke"]
     change_form_template = "admin/oauth/bearertoken/change_form.html"
@@ -67,8 +71,8 @@ class BearerTokenAdmin(admin.ModelAdmin):
 
     def get_fields(self, request: HttpRequest, obj: BearerToken | None = None) -> tuple[str, ...]:
         if obj is None:
-            return ("name", "user", "scope", "expiry", "expires_on")
-        return ("name",)
+            return ("name", "user", "scope", "confinement", "expiry", "expires_on")
+        return ("name", "confinement") if SCOPE_ALL in obj.scopes else ("name",)
 
     def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
         return {"user": request.user.pk, **super().get_changeform_initial_data(request)}
@@ -87,6 +91,10 @@ class BearerTokenAdmin(admin.ModelAdmin):
     @admin.display(description="status")
     def status(self, obj: BearerToken) -> str:
         return status_badge(obj.status)
+
+    @admin.display(description="confinement", ordering="confinement")
+    def confinement_badge(self, obj: BearerToken) -> str:
+        return confinement.badge(obj.confinement, obj.scope)
 
     # --- the token's page -------------------------------------------------------------------------------------------
 
@@ -116,6 +124,10 @@ class BearerTokenAdmin(admin.ModelAdmin):
             "token": token,
             "status_badge": status_badge(token.status),
             "scope_words": SCOPE_WORDS.get(token.scope, token.scope),
+            "confinement_badge": confinement.badge(token.confinement, token.scope),
+            "confinement_line": confinement.reach_words(token.confinement, token.scope, agent_os_user()),
+            "full_scope": SCOPE_ALL in token.scopes,
+            "confinement_note": confinement.enforcement_note(token.confinement, token.scope),
             "last_use": last_use(calls),
             "recent_calls": recent_calls(calls),
             "audit_url": credential_audit_url(KIND_BEARER, token.pk),
@@ -141,7 +153,12 @@ class BearerTokenAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: BearerToken, form: Any, change: bool) -> None:
         if change:
-            super().save_model(request, obj, form, change)
+            # Only what the form changed, so a profile changed meanwhile by another admin is not written back; the
+            # profile through oauth.confinement, which records who changed it from what to what.
+            if "name" in form.changed_data:
+                obj.save(update_fields=["name"])
+            if "confinement" in form.changed_data and SCOPE_ALL in obj.scopes:
+                confinement.change_token_confinement(obj, form.cleaned_data["confinement"], request_actor(request))
             return
         raw = new_token_secret()
         obj.set_secret(raw)
@@ -168,6 +185,8 @@ class BearerTokenAdmin(admin.ModelAdmin):
             "token": token,
             "secret": secret,
             "scope_words": SCOPE_WORDS.get(token.scope, token.scope),
+            "confinement_badge": confinement.badge(token.confinement, token.scope),
+            "confinement_line": confinement.reach_words(token.confinement, token.scope, agent_os_user()),
             "claude_line": claude_code_line(settings.MCP_RESOURCE_URL, secret) if secret else "",
             "mcp_url": settings.MCP_RESOURCE_URL,
             "token_url": reverse("admin:oauth_bearertoken_change", args=[token.pk]),

@@ -1,4 +1,5 @@
-"""OAuth clients ("Connected apps") and their tokens in the admin: read-only pages with audited revocation.
+"""OAuth clients ("Connected apps") and their tokens in the admin: read-only pages with audited revocation, and
+each user's confinement profile of an app, changed on its page (the change recorded; `host` badged as a warning).
 
 Replaces the toolkit's admin pages, which would let an admin edit a client into `skip_authorization` or another
 grant type, and show empty token columns (tokens are stored hashed). They are registered through proxies of this
@@ -11,18 +12,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
-from django.contrib.auth import get_permission_codename
+from django.contrib.auth import get_permission_codename, get_user_model
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
+from django.utils.html import format_html_join
 from oauth2_provider.models import AccessToken, Application, Grant, IDToken, RefreshToken
 
 from audit.log import event, request_actor
+from oauth import confinement
+from oauth.agent_identity import agent_os_user
 from oauth.credential_activity import (
     app_audit_url,
     app_calls,
@@ -33,7 +38,14 @@ from oauth.credential_activity import (
     running_count,
 )
 from oauth.credentials import KIND_OAUTH, application_label
-from oauth.models import SCOPE_WORDS, ConnectedApp, ConnectedAppAccessToken, ConnectedAppRefreshToken
+from oauth.models import (
+    SCOPE_ALL,
+    SCOPE_WORDS,
+    AppConfinement,
+    ConnectedApp,
+    ConnectedAppAccessToken,
+    ConnectedAppRefreshToken,
+)
 from oauth.revocation import revoke_access_tokens, revoke_clients
 
 REGISTRATION_SCOPE = "oauth2_provider:registration"
@@ -90,6 +102,42 @@ def live_tokens_of(application: Application) -> QuerySet[AccessToken]:
     )
 
 
+class AppConfinementForm(forms.Form):
+    """One user's confinement profile of a connected app, as the app's page posts it."""
+
+    user = forms.IntegerField(min_value=1)
+    confinement = forms.ChoiceField(choices=[(choice, choice) for choice in confinement.CHOICES], required=False)
+
+
+def app_user_ids(application: Application) -> set[int]:
+    """The users a connected app acts as: those with a live access token or an unrevoked refresh token, and those
+    whose profile of it was set."""
+    now = timezone.now()
+    ids = set(AccessToken.objects.filter(application=application, user__isnull=False, expires__gt=now).values_list(
+        "user_id", flat=True))  # fmt: skip
+    ids |= set(RefreshToken.objects.filter(application=application, user__isnull=False, revoked__isnull=True)
+               .values_list("user_id", flat=True))  # fmt: skip
+    ids |= set(AppConfinement.objects.filter(application=application).values_list("user_id", flat=True))
+    return ids
+
+
+def app_confinements(application: Application) -> list[dict[str, Any]]:
+    """Each user's profile of a connected app, for its page."""
+    chosen = dict(AppConfinement.objects.filter(application=application).values_list("user_id", "confinement"))
+    users = get_user_model().objects.filter(pk__in=app_user_ids(application)).order_by("pk")
+    agent = agent_os_user()
+    return [
+        {
+            "user": user,
+            "choice": chosen.get(user.pk, ""),
+            "badge": confinement.badge(chosen.get(user.pk, ""), SCOPE_ALL),
+            "line": confinement.reach_words(chosen.get(user.pk, ""), SCOPE_ALL, agent),
+            "note": confinement.enforcement_note(chosen.get(user.pk, ""), SCOPE_ALL),
+        }
+        for user in users
+    ]
+
+
 @admin.register(ConnectedApp)
 class ClientAdmin(ReadOnlyAdmin):
     list_display = [
@@ -101,6 +149,7 @@ class ClientAdmin(ReadOnlyAdmin):
         "registered_from",
         "last_token",
         "live_tokens",
+        "confinement_badges",
     ]
     list_filter = ["registration_source", "client_type"]
     search_fields = ["name", "client_id"]
@@ -123,6 +172,7 @@ class ClientAdmin(ReadOnlyAdmin):
             super()
             .get_queryset(request)
             .select_related("sandstorm_registration")
+            .prefetch_related("sandstorm_confinements")
             .annotate(live_token_count=Count("accesstoken", filter=live, distinct=True))
         )
 
@@ -140,6 +190,12 @@ class ClientAdmin(ReadOnlyAdmin):
     def live_tokens(self, obj: Application) -> int:
         return int(getattr(obj, "live_token_count", 0))
 
+    @admin.display(description="confinement")
+    def confinement_badges(self, obj: Application) -> str:
+        """The profiles its users' full-scope calls get (no user's set: the installation's default); `host` warns."""
+        choices = sorted({row.confinement for row in obj.sandstorm_confinements.all()} or {""})
+        return format_html_join(" ", "{}", ((confinement.badge(choice, SCOPE_ALL),) for choice in choices))
+
     def may_revoke(self, request: HttpRequest) -> bool:
         return self.has_revoke_permission(request)
 
@@ -147,7 +203,14 @@ class ClientAdmin(ReadOnlyAdmin):
 
     def get_urls(self) -> list[URLPattern]:
         prefix = f"{self.opts.app_label}_{self.opts.model_name}"
-        own = [path("<path:object_id>/revoke/", self.admin_site.admin_view(self.revoke_view), name=f"{prefix}_revoke")]
+        own = [
+            path("<path:object_id>/revoke/", self.admin_site.admin_view(self.revoke_view), name=f"{prefix}_revoke"),
+            path(
+                "<path:object_id>/confinement/",
+                self.admin_site.admin_view(self.confinement_view),
+                name=f"{prefix}_confinement",
+            ),
+        ]
         return own + super().get_urls()
 
     def app_detail(self, request: HttpRequest, application: Application) -> dict[str, Any]:
@@ -165,6 +228,11 @@ class ClientAdmin(ReadOnlyAdmin):
             "registration": registration,
             "approvals": approvals(application.client_id),
             "live_tokens": [{"token": token, "scope_words": scope_in_words(token.scope)} for token in tokens],
+            "confinements": app_confinements(application),
+            "confinement_choices": confinement.form_choices(agent_os_user()),
+            "confinement_url": reverse("admin:oauth_connectedapp_confinement", args=[application.pk])
+            if self.may_revoke(request)
+            else "",
             "last_use": last_use(calls),
             "recent_calls": recent,
             "token_audit_links": list(seen.items())[:10],
@@ -190,6 +258,35 @@ class ClientAdmin(ReadOnlyAdmin):
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
         return super().changelist_view(request, {"title": "Connected apps", **(extra_context or {})})
+
+    def confinement_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """Change one user's profile of the app (POST from its page): the change permission, as revoking takes."""
+        application = self.get_object(request, unquote(object_id))
+        if application is None:
+            raise Http404("No such connected app.")
+        if not self.may_revoke(request):
+            raise PermissionDenied
+        app_url = reverse("admin:oauth_connectedapp_change", args=[application.pk])
+        if request.method != "POST":
+            return HttpResponseRedirect(app_url)
+        form = AppConfinementForm(request.POST)
+        user = None
+        if form.is_valid() and form.cleaned_data["user"] in app_user_ids(application):
+            user = get_user_model().objects.filter(pk=form.cleaned_data["user"]).first()
+        if user is None:
+            self.message_user(request, "Nothing changed: choose a profile for one of the app's users.", messages.ERROR)
+            return HttpResponseRedirect(app_url)
+        choice = form.cleaned_data["confinement"]
+        changed = confinement.change_app_confinement(application, user, choice, request_actor(request))
+        name = application.name or application.client_id
+        state = "is now" if changed else "was already"
+        self.message_user(
+            request,
+            f"The confinement of “{name}” for {user.get_username()} {state} {confinement.choice_label(choice)}; "
+            "it applies from the app's next call.",
+            messages.SUCCESS if changed else messages.INFO,
+        )
+        return HttpResponseRedirect(app_url)
 
     def revoke_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         application = self.get_object(request, unquote(object_id))
@@ -245,14 +342,21 @@ class ClientAdmin(ReadOnlyAdmin):
 
 @admin.register(ConnectedAppAccessToken)
 class AccessTokenAdmin(ReadOnlyAdmin):
-    list_display = ["id", "user", "application", "scope", "kind", "created", "expires"]
+    list_display = ["id", "user", "application", "scope", "confinement_badge", "kind", "created", "expires"]
     list_filter = ["application"]
     search_fields = ["user__username", "application__name", "application__client_id"]
     fields = ["id", "user", "application", "scope", "resource", "created", "expires"]
     actions = ["revoke"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[AccessToken]:
-        return without_registration_tokens(super().get_queryset(request).select_related("user", "application"))
+        # Its app's profile for its user in the same query (oauth.credentials reads it the same way).
+        profile = AppConfinement.objects.filter(application=OuterRef("application"), user=OuterRef("user"))
+        tokens = super().get_queryset(request).select_related("user", "application")
+        return without_registration_tokens(tokens.annotate(app_confinement=Subquery(profile.values("confinement")[:1])))
+
+    @admin.display(description="confinement")
+    def confinement_badge(self, obj: AccessToken) -> str:
+        return confinement.badge(getattr(obj, "app_confinement", None) or "", obj.scope)
 
     @admin.display(description="kind")
     def kind(self, obj: AccessToken) -> str:

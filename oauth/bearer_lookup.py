@@ -25,7 +25,7 @@ DIGEST_STAND_IN = "\x00token hash\x00"
 NOW_STAND_IN = datetime(1900, 1, 1, 0, 0, 1, tzinfo=UTC)
 USED_SINCE_STAND_IN = datetime(1900, 1, 1, 0, 0, 2, tzinfo=UTC)
 # The columns of a steady token, in this order: oauth.steady_tokens.SteadyToken and then the hash.
-STEADY_COLUMNS = ("id", "name", "scope", "user_id", "user_username", "token_hash")
+STEADY_COLUMNS = ("id", "name", "scope", "user_id", "user_username", "confinement", "token_hash")
 
 
 def valid_bearer(digest: str, now: datetime) -> QuerySet[BearerToken]:

@@ -18,13 +18,13 @@ from typing import TypeVar
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
-from django.db.models import Model, QuerySet
+from django.db.models import Model, OuterRef, QuerySet, Subquery
 from django.utils import timezone
 from oauth2_provider.models import AccessToken
 
 from audit.log import Actor, event
 from oauth.bearer_lookup import CompiledLookup, compile_valid_bearer
-from oauth.models import LAST_USED_PRECISION, SCOPE_ALL, SCOPE_READ, BearerToken, hash_token
+from oauth.models import LAST_USED_PRECISION, SCOPE_ALL, SCOPE_READ, AppConfinement, BearerToken, hash_token
 from oauth.steady_tokens import SteadyToken, SteadyTokens
 
 MCP_SCOPES = frozenset({SCOPE_ALL, SCOPE_READ})
@@ -61,6 +61,9 @@ class Principal:
     client_address: str = ""
     user_agent: str = ""
     application_id: int | None = None  # the OAuth application, for "oauth" principals
+    # The credential's own confinement profile ("workspace" or "host"), or "" for the installation's default
+    # (oauth.confinement; the call path resolves it against the setting and what the kernel can enforce).
+    confinement: str = ""
 
     @property
     def key(self) -> str:
@@ -86,8 +89,8 @@ def _one(queryset: QuerySet[T]) -> T | None:
 
 
 def _lookup_bearer(lookup: CompiledLookup, alias: str, raw: str, client_address: str) -> SteadyToken | None:
-    """The valid token for `raw` (BearerToken.objects.valid), as (id, name, scope, user id, username); records its
-    use (the first, or one after LAST_USED_PRECISION)."""
+    """The valid token for `raw` (BearerToken.objects.valid), as (id, name, scope, user id, username, confinement);
+    records its use (the first, or one after LAST_USED_PRECISION)."""
     digest = hash_token(raw)
     now = timezone.now()
     token = next(iter(BearerToken.objects.db_manager(alias).raw(lookup.sql, lookup.params(digest, now))), None)
@@ -108,13 +111,19 @@ def _lookup_bearer(lookup: CompiledLookup, alias: str, raw: str, client_address:
     elif now - token.last_used_at > LAST_USED_PRECISION:
         tokens.update(last_used_at=now)
     username = vars(token)["user_username"]  # the query's annotation
-    return token.pk, token.name, token.scope, token.user_id, username
+    return token.pk, token.name, token.scope, token.user_id, username, token.confinement
 
 
 def _lookup_oauth(raw: str) -> AccessToken | None:
     """The access token for `raw` if it may be used at /mcp at all (scope aside), else None."""
     checksum = hashlib.sha256(raw.encode("utf-8")).hexdigest()
-    token = _one(AccessToken.objects.select_related("user", "application").filter(token_checksum=checksum))
+    # The connected app's confinement for this user comes in the same query (no row: the installation's default).
+    profile = AppConfinement.objects.filter(application=OuterRef("application"), user=OuterRef("user"))
+    token = _one(
+        AccessToken.objects.select_related("user", "application")
+        .annotate(app_confinement=Subquery(profile.values("confinement")[:1]))
+        .filter(token_checksum=checksum)
+    )
     if token is None or not hmac.compare_digest(token.token_checksum, checksum) or token.is_expired():
         return None
     # No user: a client_credentials or registration token. No application: an introspection cache row.
@@ -133,7 +142,7 @@ def application_label(name: str, client_id: str) -> str:
 
 
 def _bearer_principal(token: SteadyToken, client_address: str, user_agent: str) -> Principal | None:
-    token_id, name, scope, user_id, username = token
+    token_id, name, scope, user_id, username, confinement = token
     scopes = frozenset(scope.split()) & MCP_SCOPES
     if not scopes:
         return None
@@ -146,6 +155,7 @@ def _bearer_principal(token: SteadyToken, client_address: str, user_agent: str) 
         scopes=scopes,
         client_address=client_address,
         user_agent=user_agent,
+        confinement=confinement,
     )
 
 
@@ -168,6 +178,7 @@ def _oauth_principal(raw: str, client_address: str, user_agent: str) -> Principa
         client_address=client_address,
         user_agent=user_agent,
         application_id=application.pk,
+        confinement=getattr(token, "app_confinement", None) or "",
     )
 
 

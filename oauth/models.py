@@ -22,6 +22,15 @@ SCOPE_WORDS = {
     SCOPE_ALL: "every tool: run commands, write, move and delete files, install packages, git (clone, commit, push)",
     SCOPE_READ: "read-only tools: read files, list directories, git status, diff, log and branches, describe the host",
 }
+# Confinement profiles of full-scope credentials (oauth.confinement): "" leaves it to SANDSTORM_CONFINEMENT.
+CONFINEMENT_INSTALLATION = ""
+CONFINEMENT_WORKSPACE = "workspace"
+CONFINEMENT_HOST = "host"
+CONFINEMENT_CHOICES = [
+    (CONFINEMENT_INSTALLATION, "the installation's default"),
+    (CONFINEMENT_WORKSPACE, "workspace"),
+    (CONFINEMENT_HOST, "host"),
+]
 # Writing last_used_at on every call would make each tool call a database write; a minute is precise enough.
 LAST_USED_PRECISION = timedelta(minutes=1)
 
@@ -71,6 +80,13 @@ class BearerToken(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: never expires.")
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
     revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+    confinement = models.CharField(
+        max_length=12,
+        choices=CONFINEMENT_CHOICES,
+        default=CONFINEMENT_INSTALLATION,
+        blank=True,
+        help_text="What the agent's commands may reach (full scope only); empty: the installation's default.",
+    )
 
     objects = BearerTokenQuerySet.as_manager()
 
@@ -135,6 +151,27 @@ class ClientRegistration(models.Model):
 
     def __str__(self) -> str:
         return f"registration of {self.application_id} from {self.client_address or 'unknown address'}"
+
+
+class AppConfinement(models.Model):
+    """The confinement profile of a connected app for one user: the credential oauth.credentials.oauth_key names,
+    which outlives each access token (a refresh makes a new one). No row: the installation's default."""
+
+    application = models.ForeignKey(
+        oauth2_settings.APPLICATION_MODEL, on_delete=models.CASCADE, related_name="sandstorm_confinements"
+    )
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    confinement = models.CharField(
+        max_length=12, choices=CONFINEMENT_CHOICES, default=CONFINEMENT_INSTALLATION, blank=True
+    )
+    changed_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name = "connected-app confinement"
+        constraints = [models.UniqueConstraint(fields=["application", "user"], name="oauth_app_confinement_once")]
+
+    def __str__(self) -> str:
+        return f"confinement of application {self.application_id} for user {self.user_id}"
 
 
 class CodeExchange(models.Model):

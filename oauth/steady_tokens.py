@@ -25,8 +25,8 @@ from audit.sqlite import connection_beside
 from oauth.bearer_lookup import compile_steady_bearer
 from oauth.models import LAST_USED_PRECISION, hash_token
 
-# (token id, name, scope, user id, username) of a token in steady use, or None.
-SteadyToken = tuple[int, str, str, int, str]
+# (token id, name, scope, user id, username, confinement) of a token in steady use, or None.
+SteadyToken = tuple[int, str, str, int, str, str]
 
 
 def sqlite_placeholders(sql: str) -> str:
@@ -71,10 +71,10 @@ class SteadyTokens:
         # fetchall, not fetchone: the statement must finish, ending its read transaction (a snapshot held until
         # the next request would show that request an outdated token).
         rows = connection.execute(self._sql, params).fetchall()
-        if len(rows) != 1 or not hmac.compare_digest(rows[0][5], digest):
+        if len(rows) != 1 or not hmac.compare_digest(rows[0][-1], digest):
             return None
-        token_id, name, scope, user_id, username, _ = rows[0]
-        return token_id, name, scope, user_id, username
+        token_id, name, scope, user_id, username, confinement, _ = rows[0]
+        return token_id, name, scope, user_id, username, confinement
 
     def _connect(self) -> sqlite3.Connection:
         if self._connection is None:

@@ -12,8 +12,9 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from audit.log import Actor, event
+from oauth.confinement import checked, installation_default
 from oauth.credentials import bearer_key
-from oauth.models import SCOPE_ALL, BearerToken, Revocation, hash_token, new_token_secret
+from oauth.models import CONFINEMENT_INSTALLATION, SCOPE_ALL, BearerToken, Revocation, hash_token, new_token_secret
 from oauth.revocation import announce
 
 BOOTSTRAP_NAME = "bootstrap"
@@ -69,14 +70,27 @@ def token_detail(token: BearerToken) -> dict[str, Any]:
     }
 
 
+def confinement_detail(token: BearerToken) -> dict[str, Any]:
+    """A new token's confinement profile for its audit record; none for read-only tokens, which have no profile."""
+    if SCOPE_ALL not in token.scope.split():
+        return {}
+    return {"confinement": token.confinement, "default": installation_default()}
+
+
 def issue_token(
-    user: User, name: str, *, scope: str = SCOPE_ALL, expires_days: int | None = None, by: Actor | None = None
+    user: User,
+    name: str,
+    *,
+    scope: str = SCOPE_ALL,
+    expires_days: int | None = None,
+    by: Actor | None = None,
+    confinement: str = CONFINEMENT_INSTALLATION,
 ) -> tuple[BearerToken, str]:
     """Create a token and return it with its secret, which is not stored and cannot be shown again.
 
-    Raises NameTaken if an unrevoked token already has this name."""
+    Raises NameTaken if an unrevoked token already has this name, ValueError for an unknown confinement profile."""
     raw = new_token_secret()
-    token = BearerToken(name=name, user=user, scope=scope)
+    token = BearerToken(name=name, user=user, scope=scope, confinement=checked(confinement))
     if expires_days is not None:
         token.expires_at = timezone.now() + timedelta(days=expires_days)
     token.set_secret(raw)
@@ -95,7 +109,7 @@ def save_new_token(token: BearerToken, by: Actor | None) -> None:
     try:
         with transaction.atomic():
             token.save()
-            event("token.created", by, **token_detail(token))
+            event("token.created", by, **token_detail(token), **confinement_detail(token))
     except IntegrityError:
         holder = name_holder(token.name)
         if holder is None:

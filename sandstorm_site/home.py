@@ -29,7 +29,8 @@ from audit.models import (
     ServerInstance,
 )
 from audit.views import in_window
-from oauth.agent_identity import executor_report
+from mcpserver.confinement_profile import protections
+from oauth.agent_identity import executor_report, kernel_confinement
 from oauth.credentials import KIND_BEARER, KIND_OAUTH
 from oauth.lifetimes import access_token_seconds, in_words, refresh_token_seconds
 from oauth.models import BearerToken, Revocation
@@ -56,6 +57,8 @@ class Executor:
     user: str | None
     reported_at: datetime | None
     live_instances: int
+    # The kernel's sandbox per profile and the default profile (mcpserver.confinement_profile.protections).
+    confinement: dict[str, Any]
 
 
 def executor_status(now: datetime) -> Executor:
@@ -64,9 +67,10 @@ def executor_status(now: datetime) -> Executor:
     instances = ServerInstance.objects.filter(stopped_at__isnull=True, last_seen__gte=now - HEARTBEAT_STALE)
     live = sum(1 for instance in instances if is_alive(instance))
     report = executor_report()
+    confinement = protections(kernel_confinement())
     if report is None:
-        return Executor("unknown", None, None, live)
-    return Executor("up" if report.user else "down", report.user, report.at, live)
+        return Executor("unknown", None, None, live, confinement)
+    return Executor("up" if report.user else "down", report.user, report.at, live, confinement)
 
 
 def running_calls(now: datetime) -> list[dict[str, Any]]:

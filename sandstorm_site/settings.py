@@ -97,6 +97,22 @@ if 0 < TOOL_MAX_MEMORY < MIN_MAX_MEMORY:
         f"SANDSTORM_TOOL_MAX_MEMORY must be 0 (off) or at least {MIN_MAX_MEMORY}, not {TOOL_MAX_MEMORY}"
     )
 OUTPUT_MAX_BYTES = env_int("SANDSTORM_OUTPUT_MAX_BYTES", DEFAULT_OUTPUT_MAX_BYTES)
+# The confinement profile of full-scope credentials that leave it to the installation (oauth/confinement.py):
+# "workspace" (kernel-enforced: writes only in the workspace and a private temporary directory; the server's state,
+# keys and code out of reach) or "host" (the agent user's full reach). Unset: "workspace" in development, so an agent
+# cannot read the server's keys or edit its code; "host" in production (the executor's socket set), as installed.
+_confinement = env_str("SANDSTORM_CONFINEMENT", "").lower()
+if _confinement not in {"", "workspace", "host"}:
+    raise ImproperlyConfigured(f"SANDSTORM_CONFINEMENT must be workspace or host, not {_confinement!r}")
+CONFINEMENT_DEFAULT = _confinement or ("host" if EXECUTOR_SOCKET else "workspace")
+# Set by the admin: where the kernel cannot enforce it, calls are refused; the unset development default falls back.
+CONFINEMENT_DEFAULT_CHOSEN = bool(_confinement)
+# "off": no kernel sandbox (Landlock) under tool processes, for a kernel that misbehaves with it; read tools then
+# rely on the git layer's defences alone and `workspace` credentials are refused. Development passes it to the
+# executor child; production's executor reads it from its own environment file.
+KERNEL_CONFINEMENT = env_str("SANDSTORM_KERNEL_CONFINEMENT", "auto").lower()
+if KERNEL_CONFINEMENT not in {"auto", "off"}:
+    raise ImproperlyConfigured(f"SANDSTORM_KERNEL_CONFINEMENT must be auto or off, not {KERNEL_CONFINEMENT!r}")
 # Approval of calls a policy rule asks about (mcpserver/approvals): no answer in APPROVAL_TIMEOUT seconds is a
 # denial; a call still waiting at APPROVAL_HOLD seconds answers "pending" (clients cut calls short near 60 s).
 APPROVAL_TIMEOUT = env_int("SANDSTORM_APPROVAL_TIMEOUT", 300, minimum=5, maximum=86400)

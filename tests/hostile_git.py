@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import os
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
@@ -212,6 +213,36 @@ def alternate_refs(h: Hostile) -> None:
     h.config(("core.alternateRefsCommand", str(h.payload)))
 
 
+def _populated_submodule(h: Hostile) -> Path:
+    """`repo/sub`: a repository of its own whose config names a clean filter for every file, recorded in `repo`'s
+    index as a gitlink (no `.gitmodules` needed). Its file's mtime is old, so any `git status` there would clean it."""
+    sub = h.repo / "sub"
+    h.git(h.repo, "init", "-q", "-b", "main", "sub")
+    h.config(("filter.evil.clean", str(h.payload)), where=sub / ".git" / "config")
+    (sub / ".gitattributes").write_text("* filter=evil\n")
+    (sub / "f.txt").write_text("data\n")
+    h.git(sub, "add", "-A")
+    h.git(sub, "commit", "-q", "-m", "Submodule")
+    os.utime(sub / "f.txt", (1_000_000_000, 1_000_000_000))
+    h.marker.unlink(missing_ok=True)  # the filter ran for our own commit above
+    head = h.git(sub, "rev-parse", "HEAD").strip()
+    h.git(h.repo, "update-index", "--add", "--cacheinfo", f"160000,{head},sub")
+    return sub
+
+
+def submodule_filter(h: Hostile) -> None:
+    _populated_submodule(h)
+
+
+def submodule_filter_not_ignored(h: Hostile) -> None:
+    """The same, with a committed `.gitmodules` whose `ignore = none` beats a `diff.ignoreSubmodules` setting."""
+    _populated_submodule(h)
+    (h.repo / ".gitmodules").write_text('[submodule "s"]\n\tpath = sub\n\turl = ./sub\n\tignore = none\n')
+    h.git(h.repo, "add", ".gitmodules")
+    h.git(h.repo, "commit", "-q", "-m", "Submodule")
+    h.marker.unlink(missing_ok=True)
+
+
 def ext_protocol(h: Hostile) -> None:
     h.config(("protocol.ext.allow", "always"), ("protocol.allow", "always"))
     h.git(h.repo, "remote", "set-url", "origin", f"ext::sh -c touch% {h.marker}")
@@ -240,6 +271,8 @@ VECTORS: dict[str, Callable[[Hostile], None]] = {
         merge_driver,
         gpg_signing,
         alternate_refs,
+        submodule_filter,
+        submodule_filter_not_ignored,
         ext_protocol,
     )
 }
@@ -256,6 +289,8 @@ READ_REACHABLE = (
     "filter-process",
     "hooks",
     "hooks-path",  # post-index-change on status
+    "submodule-filter",
+    "submodule-filter-not-ignored",
 )
 
 

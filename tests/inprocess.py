@@ -32,6 +32,7 @@ from mcp.client.streamable_http import streamable_http_client
 from starlette.types import ASGIApp
 
 from audit.models import AuditRecord
+from mcpserver.executor import confinement
 from mcpserver.executor.local import LocalExecutor
 from mcpserver.lifespan import SessionManagerRunner
 from tests import tiers
@@ -54,6 +55,7 @@ class InProcessExecutor(LocalExecutor):
             "root": self.root,
             "home": pwd.getpwuid(os.getuid()).pw_dir,
             "disk_free": None,
+            "confinement": confinement.active().describe(),
         }
 
 
@@ -147,6 +149,8 @@ async def serve_in_process(workspace: Path, **setting_overrides: Any) -> AsyncIt
         # The executor interface in this process, in place of the one the settings name (built, never started).
         services.executor = InProcessExecutor(str(workspace), settings.TOOL_ENV_ALLOW, settings.OUTPUT_MAX_BYTES)  # type: ignore[assignment]  # the interface, not the socket client
         services.executor_child = None
+        # The sandboxes the executor process would build: the test's workspace, the state dir hidden.
+        confinement.configure(confinement.build(str(workspace.resolve()), [str(settings.STATE_DIR)]))
         built = build_mcp_application(services)
         server = InProcessServer(app=built.asgi, runner=built.runner, workspace=workspace, runtime=services)
         runner = built.runner

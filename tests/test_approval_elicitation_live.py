@@ -1,6 +1,7 @@
 """Approval through the client's own user (elicitation), against a live server with the official SDK client: asked
 only where the deciding rule lets the client's user approve; accept runs the call, decline denies it; a rule that
-needs staff sends no elicitation, and its call waits for the console (here: until the hold answers pending)."""
+needs staff sends no elicitation, and its call waits for the console (here: until the hold answers pending), even
+when another of its parts is one the client's user may approve."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ POLICY = {
     "rules": [
         {"id": "user-may-approve", "decision": "ask", "commands": ["echo"], "approver": "user"},
         {"id": "staff-only", "decision": "ask", "commands": ["printf"]},
+        {"id": "privilege", "decision": "ask", "commands": ["sudo|doas|su|pkexec"]},
     ]
 }
 
@@ -80,3 +82,19 @@ async def test_an_accept_is_never_asked_for_where_the_rule_needs_staff(server: L
     assert answers.asked == []
     assert result.is_error and text_of(result).startswith("Pending:") and "staff-only" in text_of(result)
     assert not (server.workspace / marker).exists()
+
+
+async def test_a_part_that_needs_staff_is_never_decided_by_the_clients_accept(server: LiveServer) -> None:
+    """Issue 31: the rule about `echo` lets the client's user approve, the one about `sudo` does not."""
+    answers = Answers("accept", True)
+    marker = uuid.uuid4().hex
+    async with mcp_client(server.mcp_url, server.token, elicitation_callback=answers) as client:
+        result = await client.call_tool("terminal_exec", {"command": f"echo {marker}; sudo -n id; touch {marker}"})
+    assert answers.asked == []
+    assert result.is_error and text_of(result).startswith("Pending:") and "policy rule privilege" in text_of(result)
+    assert not (server.workspace / marker).exists()
+    rows = server.database.query(
+        "SELECT rule_id, rule_reason, user_may_approve FROM mcpserver_approvalrequest ORDER BY id DESC"
+    )
+    assert (rows[0]["rule_id"], bool(rows[0]["user_may_approve"])) == ("privilege", False)
+    assert "sudo -n id" in rows[0]["rule_reason"]

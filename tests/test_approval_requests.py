@@ -54,10 +54,18 @@ def test_an_expired_or_unknown_request_cannot_be_approved() -> None:
 
 
 def test_the_clients_user_decides_only_the_requests_of_their_own_credential() -> None:
-    request = pending()
+    request = pending(user_may_approve=True)
     with pytest.raises(DecisionRefused):
         decide(request.pk, True, "mallory", "elicitation", credential_key="bearer:4")
     assert decide(request.pk, True, "agent", "elicitation", credential_key="bearer:3").state == "approved"
+
+
+def test_the_clients_user_cannot_decide_a_request_that_needs_staff() -> None:
+    request = pending()  # user_may_approve is False: a rule that needs staff asked
+    with pytest.raises(DecisionRefused, match=f"R-{request.pk} needs staff"):
+        decide(request.pk, True, "agent", "elicitation", credential_key="bearer:3")
+    assert ApprovalRequest.objects.get(pk=request.pk).state == "pending"
+    assert decide(request.pk, False, "alice", "console", "no").state == "denied"
 
 
 @pytest.mark.parametrize(("approve", "minutes"), [(True, 0), (True, MAX_GRANT_MINUTES + 1), (False, 10)])

@@ -56,6 +56,17 @@ SENTENCE_CASES = [
      "OS user root, on the command line, created token bootstrap (sst_abcd…) for admin with scope mcp"),
     (record("token.first_used", {"client_address": "127.0.0.1"}, token_id=1, name="first-run", prefix="sst_ffff"),
      "token first-run (sst_ffff…) first used from 127.0.0.1"),
+    (record("token.created", ADMIN, **TOKEN, confinement="host", default="workspace"),
+     "admin created token laptop (sst_abcd…) for admin with scope mcp, confinement host from 10.0.0.5"),
+    (record("token.confinement_changed", ADMIN, **TOKEN, previous="", confinement="host", default="workspace"),
+     "admin changed the confinement of token laptop (sst_abcd…) from the installation&#x27;s default (workspace) to host "
+     "from 10.0.0.5"),
+    (record("oauth.confinement_changed", ADMIN, **CLIENT, owner="bob", previous="host", confinement="workspace"),
+     "admin changed the confinement of client Claude (abc123) for bob from host to workspace from 10.0.0.5"),
+    (record("oauth.consent", ADMIN, **CLIENT, scope="mcp", redirect_host="claude.ai", decision="approved",
+            outcome="code issued", confinement="", default="host"),
+     "admin approved the connection of client Claude (abc123) (scope mcp, confinement the installation&#x27;s default "
+     "(host), back to claude.ai) from 10.0.0.5"),
     (record("credentials.rotated", SHELL, access_tokens=0, refresh_tokens=0, grants=0, bearer_tokens=3, clients=2,
             sessions=0, stop_background=True, kept_bearer_tokens=False, new_token_id=9, new_token_prefix="sst_new1",
             new_token_owner="admin"),

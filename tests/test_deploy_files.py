@@ -173,7 +173,6 @@ LEFT_OUT_FOR_AGENTS = (
     "RestrictNamespaces",
     "PrivateDevices",
     "CapabilityBoundingSet",
-    "PrivateTmp",
     "UMask",
 )
 
@@ -238,7 +237,6 @@ def test_the_executor_runs_tools_as_the_agent_user_for_the_server_only() -> None
     assert "ReadWritePaths" not in unit and "SupplementaryGroups" not in unit
     for setting in (
         "NoNewPrivileges=yes",
-        "ProtectSystem=full",
         "ProtectHome=tmpfs",
         "BindPaths=@AGENT_HOME@",
         "ProtectProc=invisible",
@@ -250,6 +248,17 @@ def test_the_executor_runs_tools_as_the_agent_user_for_the_server_only() -> None
     for left_out in LEFT_OUT_FOR_AGENTS:
         assert re.search(rf"^# - {left_out}\b.*: ", text, re.MULTILINE), f"no comment says why {left_out} is left out"
         assert left_out not in unit
+
+
+def test_agents_write_only_their_home_and_temporary_directories_of_the_executors_own() -> None:
+    """What the kernel then enforces is proven under a real systemd (tests/systemd/, agent_writes_only_workspace)."""
+    unit = directives(EXECUTOR_UNIT)
+    # Everything read-only but the home (BindPaths=, writable) and what systemd mounts for the unit alone.
+    assert unit["ProtectSystem"] == ["strict"] and unit["BindPaths"] == ["@AGENT_HOME@"]
+    assert unit["PrivateTmp"] == ["yes"] and unit["ReadOnlyPaths"] == ["/var/tmp /run/lock"]
+    assert unit["TemporaryFileSystem"] == ["/dev/shm:mode=1777,nosuid,nodev"]
+    # The executor's own directory outside the workspace, kept across restarts, the agent user's alone.
+    assert unit["StateDirectory"] == ["sandstorm-mcp-executor"] and unit["StateDirectoryMode"] == ["0700"]
 
 
 def test_the_executor_socket_is_systemds_and_only_the_server_user_may_connect() -> None:
@@ -429,6 +438,88 @@ def test_the_access_log_is_json_without_query_strings_or_credentials(tmp_path: P
     assert fields["request>uri"] == {"filter": "regexp", "regexp": "\\?.*$"}
     assert fields["request>headers>Authorization"] == {"filter": "delete"}
     assert fields["request>headers>Cookie"] == {"filter": "delete"}
+
+
+# --- Caddy's admin API: on a socket only Caddy and root reach (deploy/caddy_admin.py) ------------------------------
+
+ADMIN_SOCKET = "/run/caddy/admin.sock"
+
+
+def caddy_admin(action: str, caddyfile: Path) -> subprocess.CompletedProcess[str]:
+    """deploy/caddy_admin.py as the installer runs it (the host's python; here this one)."""
+    command = [sys.executable, str(DEPLOY / "caddy_admin.py"), action, str(caddyfile), ADMIN_SOCKET]
+    return subprocess.run(command, capture_output=True, text=True)
+
+
+def admin_of(tmp_path: Path, text: str) -> dict[str, Any]:
+    """The main Caddyfile TEXT, importing the rendered site, as Caddy reads it: its JSON config."""
+    rendered_caddyfile(tmp_path).rename(tmp_path / "sandstorm-mcp.caddy")
+    main = tmp_path / "main.caddy"
+    main.write_text(text)
+    result = subprocess.run(
+        [need("caddy"), "adapt", "--adapter", "caddyfile", "--config", str(main)],
+        capture_output=True,
+        text=True,
+        env=caddy_env(tmp_path),
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    config: dict[str, Any] = json.loads(result.stdout)
+    return config
+
+
+def applied(tmp_path: Path, text: str) -> str:
+    main = tmp_path / "Caddyfile.in"
+    main.write_text(text)
+    result = caddy_admin("apply", main)
+    assert result.returncode == 0 and caddy_admin("check", main).returncode == 0, result.stderr
+    main.write_text(result.stdout)
+    assert caddy_admin("apply", main).returncode == 1, "a second run changes nothing"
+    return result.stdout
+
+
+IMPORT = "import sandstorm-mcp.caddy\n"
+INSTALLER_WRITTEN = "# Written by Sandstorm's deploy/install.sh.\n" + IMPORT
+OPERATORS_OPTIONS = "# mine\n{\n\tdebug\n}\n\n" + IMPORT
+OPERATORS_SITE_FIRST = 'x.example.org {\n\trespond "x"\n}\n' + IMPORT
+
+
+@pytest.mark.parametrize("before", [INSTALLER_WRITTEN, OPERATORS_OPTIONS, OPERATORS_SITE_FIRST, IMPORT])
+def test_caddys_admin_api_moves_from_port_2019_to_the_socket(tmp_path: Path, before: str) -> None:
+    assert "admin" not in admin_of(tmp_path, before), "the default: localhost:2019"
+    after = applied(tmp_path, before)
+    config = admin_of(tmp_path, after)
+    assert config["admin"] == {"listen": f"unix/{ADMIN_SOCKET}"}
+    assert handlers(config), "the site is still served"
+    if before == OPERATORS_OPTIONS:  # the operator's own options and comments kept, in their block
+        assert config["logging"]["logs"]["default"]["level"] == "DEBUG" and after.startswith("# mine\n{\n")
+
+
+@pytest.mark.parametrize("admin", ["localhost:2019", "0.0.0.0:2019", "unix//tmp/caddy.sock", ""])
+def test_an_admin_address_agents_could_reach_is_refused_and_left_unchanged(tmp_path: Path, admin: str) -> None:
+    main = tmp_path / "Caddyfile"
+    text = f"{{\n\tadmin {admin}\n}}\nimport sandstorm-mcp.caddy\n"
+    main.write_text(text)
+    for action in ("check", "apply"):
+        result = caddy_admin(action, main)
+        assert result.returncode == 3 and result.stdout == "", result
+        assert f"{main}: it sets `admin {admin}`" in result.stderr
+        assert f"replace it with `admin unix/{ADMIN_SOCKET}` (or `admin off`)" in result.stderr
+    assert main.read_text() == text
+
+
+def test_admin_off_is_left_alone(tmp_path: Path) -> None:
+    main = tmp_path / "Caddyfile"
+    main.write_text("{\n\tadmin off\n}\n")
+    assert caddy_admin("apply", main).returncode == 1 and caddy_admin("check", main).returncode == 0
+
+
+def test_caddys_drop_in_makes_the_sockets_directory_caddys_alone() -> None:
+    drop_in = directives(DEPLOY / "systemd" / "caddy-admin.conf")
+    assert drop_in == {"RuntimeDirectory": ["caddy"], "RuntimeDirectoryMode": ["0700"]}
+    install = (DEPLOY / "install.sh").read_text()
+    assert 'CADDY_ADMIN_SOCKET="$PREFIX/run/caddy/admin.sock"' in install
+    assert 'CADDY_DROP_IN="$UNIT_DIR/caddy.service.d/$SERVICE.conf"' in install
 
 
 def test_env_example_lists_every_variable_the_settings_read() -> None:

@@ -261,13 +261,44 @@ def test_an_operators_own_caddyfile_is_kept_and_extended_with_the_import(
 ) -> None:
     host, _ = installed
     main = host.prefix / "etc/caddy/Caddyfile"
-    own = 'other.example.org {\n\trespond "hello"\n}\n'
-    main.write_text(own)
+    options, site = "{\n\temail ops@example.org\n}\n", 'other.example.org {\n\trespond "hello"\n}\n'
+    main.write_text(options + site)
     host.install()
-    assert main.read_text().startswith(own) and main.read_text().splitlines()[-1] == "import sandstorm-mcp.caddy"
-    assert (host.prefix / "etc/caddy/Caddyfile.before-sandstorm").read_text() == own
-    assert ["reload", "caddy.service"] in host.calls("systemctl")
-    assert ["restart", "sandstorm-mcp.service"] not in host.calls("systemctl")
+    text = main.read_text()
+    # Its global options get Caddy's admin socket (a move a reload cannot make: Caddy restarts, this once).
+    admin = f"\tadmin unix/{host.prefix}/run/caddy/admin.sock\n"
+    assert text.startswith("{\n") and admin in text.split("}\n", 1)[0] and "\temail ops@example.org\n" in text
+    assert site in text and text.splitlines()[-1] == "import sandstorm-mcp.caddy"
+    assert (host.prefix / "etc/caddy/Caddyfile.before-sandstorm").read_text() == options + site
+    assert ["restart", "caddy.service"] in host.calls("systemctl")
+    # A later change of the site alone is a reload, without a restart.
+    site_file = host.prefix / "etc/caddy/sandstorm-mcp.caddy"
+    site_file.write_text(site_file.read_text() + "# an operator's edit\n")
+    host.install()  # (each run's calls are recorded anew)
+    assert main.read_text() == text
+    systemctl = host.calls("systemctl")
+    assert ["reload", "caddy.service"] in systemctl and ["restart", "caddy.service"] not in systemctl
+    assert ["restart", "sandstorm-mcp.service"] not in systemctl
+
+
+def test_an_admin_address_agents_could_reach_is_refused_before_anything_changes(
+    installed: tuple[Host, subprocess.CompletedProcess[str]],
+) -> None:
+    host, _ = installed
+    main = host.prefix / "etc/caddy/Caddyfile"
+    own = "{\n\tadmin localhost:2019\n}\nimport sandstorm-mcp.caddy\n"
+    original = main.read_text()
+    main.write_text(own)
+    try:
+        result = host.install(check=False)
+        assert result.returncode != 0 and main.read_text() == own
+        assert (
+            f"{main}: it sets `admin localhost:2019`, which every local user (an agent too) may reach" in result.stderr
+        )
+        assert "nothing was changed" in result.stderr
+        assert host.calls("systemctl") == [] and host.calls("apt-get") == []
+    finally:
+        main.write_text(original)
 
 
 def test_a_rerun_after_a_new_commit_upgrades_code_and_schema_and_restarts(

@@ -164,7 +164,8 @@ async def test_a_command_whose_host_was_killed_reads_as_lost(executor: LocalExec
 
 async def test_a_job_outlives_the_executor_object_that_started_it(executor: LocalExecutor, tmp_path: Path) -> None:
     job = await executor.start_background("sleep 0.5; echo after", None)
-    again = LocalExecutor(str(tmp_path))  # a restarted executor knows the job only by its row: log, pid, ticks
+    # A restarted executor knows the job only by its row: log, pid, ticks.
+    again = LocalExecutor(str(tmp_path), output_dir=str(executor.saved_output.directory))
     ended = await until_end(again, job)
     assert (ended["output"], ended["exit_code"]) == ("after\n", 0)
 
@@ -190,13 +191,32 @@ async def test_a_log_swapped_for_a_symlink_is_not_followed(executor: LocalExecut
         await output(executor, job)
 
 
-async def test_the_state_file_is_the_hosts_json(executor: LocalExecutor) -> None:
+def state_lines(job: BackgroundStart) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in Path(job.log_path).with_suffix(".state").read_text().splitlines()]
+
+
+async def test_the_state_file_is_the_hosts_json_lines_the_last_one_current(executor: LocalExecutor) -> None:
     job = await executor.start_background("exit 7", None)
     await until_end(executor, job)
-    state = json.loads(Path(job.log_path).with_suffix(".state").read_text())
+    running, state = state_lines(job)
+    assert running["state"] == "running"
     assert (state["state"], state["exit_code"], state["pid"], state["start_ticks"]) == (
         "exited", 7, job.pid, job.start_ticks
     )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("written", "state"),
+    [
+        ('{"state": "running", "mode": "none"}\n{"state": "exited", "exit_code": 3}\n', "exited"),
+        ('{"state": "running", "mode": "none"}\n{"state": "exi', "running"),  # a line still being appended
+        ('{"state": "exited", "exit_code": 3}', "exited"),  # an older host's file: one object, no newline
+    ],
+)
+def test_a_state_is_the_last_whole_line(tmp_path: Path, written: str, state: str) -> None:
+    path = tmp_path / "bg.state"
+    path.write_text(written)
+    assert jobs._read_state(path)["state"] == state
 
 
 async def test_an_unknown_mode_is_refused(executor: LocalExecutor) -> None:
@@ -244,7 +264,7 @@ async def test_output_held_open_by_what_the_command_left_does_not_keep_its_host_
     job = await executor.start_background("sleep 30 & echo left", None)
     ended = await until_end(executor, job)  # bash has ended; the sleep it left still holds the output open
     assert (ended["state"], ended["exit_code"], ended["output"]) == ("exited", 0, "left\n")
-    host = psutil.Process(int(json.loads(Path(job.log_path).with_suffix(".state").read_text())["host_pid"]))
+    host = psutil.Process(state_lines(job)[-1]["host_pid"])
     try:
         assert host.is_running()
         before = sum(host.cpu_times()[:2])

@@ -111,11 +111,11 @@ print(json.dumps({"ancestors": ancestors, "tried": tried, "reached": reached}))
 """
 
 
-async def test_an_agents_command_finds_no_way_to_talk_to_the_development_executor(
-    live_server: LiveServer, tool_token: str
-) -> None:
+async def test_an_agents_command_finds_no_way_to_talk_to_the_development_executor(live_server: LiveServer) -> None:
     (live_server.workspace / "probe.py").write_text(PROBE)
-    async with mcp_client(live_server.mcp_url, tool_token) as client:
+    # Profile `host`: the socket design must hold unconfined (`workspace` may not even run the server's Python).
+    host = live_server.manage("create_token", "probe-host", "--confinement", "host").stdout.split()[-1]
+    async with mcp_client(live_server.mcp_url, host) as client:
         result = await client.call_tool("terminal_exec", {"command": f"{sys.executable} probe.py"})
     text = text_of(result)
     assert not result.is_error, text

@@ -292,7 +292,7 @@ async def test_command_sees_a_clean_environment(tmp_path: Path, monkeypatch: pyt
 
 
 async def test_spilling_prunes_stale_files_from_the_output_dir(executor: _Executor) -> None:
-    stale = executor.workspace.output_dir() / "exec-old.stdout.log"
+    stale = executor.saved_output.create() / "exec-old.stdout.log"
     stale.write_text("old")
     eight_days_ago = time.time() - 8 * 24 * 3600
     os.utime(stale, (eight_days_ago, eight_days_ago))
@@ -325,7 +325,7 @@ async def test_background_process_logs_its_output_and_is_its_own_group(executor:
     started = await executor.start_background("echo hello; echo oops >&2; sleep 300", None)
     try:
         log = Path(started.log_path)
-        assert log.parent == executor.workspace.output_dir()
+        assert log.parent == executor.saved_output.directory
         assert await wait_until(lambda: log.read_text() == "hello\noops\n")
         assert started.pgid == started.pid == os.getpgid(started.pid)
         assert started.start_ticks == read_start_ticks(started.pid) == await executor.process_start_ticks(started.pid)

@@ -21,7 +21,7 @@ from mcpserver.approvals.waiting import decide_and_announce
 from mcpserver.models import ApprovalRequest, PolicyRule
 from mcpserver.policy.recommended import RECOMMENDED
 from mcpserver.policy_source import replace_policy
-from tests.inprocess import InProcessServer, new_token, records_of_call, serve_in_process, text_of
+from tests.inprocess import InProcessServer, audit_records, new_token, records_of_call, serve_in_process, text_of
 
 pytestmark = [pytest.mark.inprocess, pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
 DEADLINE = 30.0
@@ -279,3 +279,22 @@ async def test_an_approval_after_the_credential_was_revoked_starts_nothing(
         assert request.outcome == "not started: its credential was revoked" and request.background_id is None
         await anyio.sleep(0.3)
         assert not (app.workspace / marker).exists()
+
+
+async def test_a_grant_for_a_command_run_as_another_user_covers_only_those_words(mcp_app: InProcessServer) -> None:
+    """Issue 31: a grant for `sudo -n true` covered `sudo` with any other arguments."""
+    await set_policy({"id": "privilege", "decision": "ask", "commands": ["sudo"]})
+    token = await new_token("sudo-grant")
+    first = uuid.uuid4().hex
+    command = f"sudo -n echo {first}"
+    _, request = await call_while(
+        mcp_app, token, "terminal_exec", {"command": command}, answer_when_asked(True, minutes=10)
+    )
+    await mcp_app.call_tool(token, "terminal_exec", {"command": command})  # the same words: the grant covers it
+    records = [record for record in await audit_records(kind="call.started") if first in str(record.arguments)]
+    assert policy_of(records[-1])["approved"] == {"by": "root-admin", "through": "grant", "request": request.label}
+    other = uuid.uuid4().hex
+    result, asked = await call_while(
+        mcp_app, token, "terminal_exec", {"command": f"sudo -n echo {other}"}, answer_when_asked(False, "no")
+    )
+    assert result["isError"] and asked.pk != request.pk and asked.rule_id == "privilege"

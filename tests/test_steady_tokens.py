@@ -216,6 +216,7 @@ def test_the_shortcut_accepts_only_tokens_the_authoritative_lookup_accepts(
             "mcp:read",
             principal.user_id,
             principal.username,
+            principal.confinement,
         )
 
 

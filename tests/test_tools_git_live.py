@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from tests.live import LiveServer, text_of
+from tests.live import LiveServer, mcp_client, text_of
 
 pytestmark = [pytest.mark.live, pytest.mark.anyio]
 
@@ -45,6 +45,30 @@ def head_branch(env: dict[str, str], repo: Path) -> str:
 
 
 async def test_clone_commit_push_and_pull_round_trip_through_a_bare_remote(
+    live_server: LiveServer, workspace_dir: Path, bare_remote: Path, git_env: dict[str, str], tmp_path: Path
+) -> None:
+    # Profile `host`: a `workspace` credential may not write a bare repository outside the workspace (the test
+    # after this one); a network remote is where its pushes go.
+    host = live_server.manage("create_token", f"git-host-{uuid.uuid4().hex[:8]}", "--confinement", "host")
+    async with mcp_client(live_server.mcp_url, host.stdout.split()[-1]) as tools_client:
+        await _round_trip(tools_client, workspace_dir, bare_remote, git_env, tmp_path)
+
+
+async def test_a_workspace_credential_cannot_push_into_a_repository_outside_the_workspace(
+    tools_client: Client, workspace_dir: Path, bare_remote: Path, git_env: dict[str, str]
+) -> None:
+    before = git(git_env, bare_remote, "rev-parse", "main")
+    clone = workspace_dir / "confined"
+    text, is_error = await call(tools_client, "git_clone", repo_url=bare_remote.as_uri(), path=str(clone))
+    assert not is_error, text  # reading outside the workspace is allowed
+    (clone / "x.txt").write_text("x\n")
+    await call(tools_client, "git_commit", message="x", path=str(clone))
+    text, is_error = await call(tools_client, "git_push", path=str(clone))
+    assert is_error and "unable to create temporary object directory" in text, text  # the remote's side, confined
+    assert git(git_env, bare_remote, "rev-parse", "main") == before
+
+
+async def _round_trip(
     tools_client: Client, workspace_dir: Path, bare_remote: Path, git_env: dict[str, str], tmp_path: Path
 ) -> None:
     clone = workspace_dir / "work"

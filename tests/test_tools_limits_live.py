@@ -164,7 +164,7 @@ async def test_ordinary_tools_still_work_under_the_limits(limited_server: LiveSe
 async def test_a_flood_of_large_outputs_stops_at_the_output_budget_and_each_result_says_what_was_not_saved(
     limited_server: LiveServer,
 ) -> None:
-    output = limited_server.workspace / ".sandstorm" / "output"
+    output = limited_server.state_dir / "output"
     texts = []
     async with mcp_client(limited_server.mcp_url, limited_server.token) as client:
         for _ in range(12):  # 12 x 588,895 bytes of output: seven times the budget

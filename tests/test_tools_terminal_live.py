@@ -107,11 +107,19 @@ async def test_200_mb_of_output_keeps_server_memory_flat_and_the_capped_result_n
     where = re.search(r"\n\[\.\.\. (\d+) bytes omitted; the whole stdout is in (\S+)\]\n", text)
     assert where is not None, "the result says how much was left out and where the rest is"
     spill = Path(where[2])
-    assert spill.parent == live_server.workspace / ".sandstorm" / "output"
+    assert (
+        spill.parent == live_server.state_dir / "output"
+    )  # the executor's: no tool reaches it, terminal_output pages it
     assert spill.stat().st_size == 200_000_000
     assert result.structured_content is not None and result.structured_content["output_path"] == str(spill)
-    deleted = await tools_client.call_tool("file_delete", {"path": str(spill)})
-    assert text_of(deleted) == f"Deleted {spill}"
+    page = await tools_client.call_tool("terminal_output", {"id": str(spill), "offset": 199_999_990, "max_bytes": 100})
+    assert (
+        text_of(page)
+        == f"Saved output {spill.name}\nOutput bytes 199999990-200000000 of 200000000; next offset 200000000.\n\naaaaaaaaaa"
+    )
+    refused = await tools_client.call_tool("file_delete", {"path": str(spill)})
+    assert refused.is_error and "is outside the allowed directory" in text_of(refused)
+    spill.unlink()
 
 
 async def test_terminal_exec_sends_small_progress_notifications_while_it_runs(tools_client: Client) -> None:
@@ -189,10 +197,10 @@ async def test_background_output_lands_in_its_log_and_terminal_kill_stops_the_wh
     assert not result.is_error and started is not None, text_of(result)
     pid, log = int(started[1]), Path(started[2])
     try:
-        assert log.parent == live_server.workspace / ".sandstorm" / "output"
+        assert log.parent == live_server.state_dir / "output"
 
         async def log_text() -> str:
-            return text_of(await tools_client.call_tool("file_read", {"path": str(log)}))
+            return text_of(await tools_client.call_tool("terminal_output", {"id": pid, "offset": 0}))
 
         end = time.monotonic() + 10
         while f"{marker}-err" not in (text := await log_text()) or f"{marker}-out" not in text:

@@ -9,6 +9,7 @@ from django.utils.safestring import SafeString
 from audit.event_sentences.words import (
     Detail,
     Sentence,
+    confinement_label,
     count,
     counted,
     from_address,
@@ -23,12 +24,14 @@ from audit.models import AuditRecord
 
 def token_created(record: AuditRecord, detail: Detail) -> SafeString:
     scope = text(detail, "scope")
+    confined = "confinement" in detail
     return format_html(
-        "{} created {} for {}{}{}",
+        "{} created {} for {}{}{}{}",
         who(record),
         token_label(detail),
         text(detail, "owner") or "(unknown owner)",
         format_html(" with scope {}", scope) if scope else "",
+        format_html(", confinement {}", confinement_label(detail, "confinement")) if confined else "",
         from_address(record),
     )
 
@@ -37,6 +40,17 @@ def token_revoked(record: AuditRecord, detail: Detail) -> SafeString:
     owner = text(detail, "owner")
     of_owner = format_html(" of {}", owner) if owner and owner != record.username else ""
     return format_html("{} revoked {}{}{}", who(record), token_label(detail), of_owner, from_address(record))
+
+
+def token_confinement_changed(record: AuditRecord, detail: Detail) -> SafeString:
+    return format_html(
+        "{} changed the confinement of {} from {} to {}{}",
+        who(record),
+        token_label(detail),
+        confinement_label(detail, "previous"),
+        confinement_label(detail, "confinement"),
+        from_address(record),
+    )
 
 
 def token_first_used(record: AuditRecord, detail: Detail) -> SafeString:
@@ -150,6 +164,7 @@ SENTENCES: dict[str, Sentence] = {
     "token.created": token_created,
     "token.revoked": token_revoked,
     "token.first_used": token_first_used,
+    "token.confinement_changed": token_confinement_changed,
     "admin.login": admin_login,
     "admin.login_failed": admin_login_failed,
     "admin.login_throttled": admin_login_throttled,

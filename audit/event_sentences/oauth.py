@@ -5,7 +5,17 @@ from __future__ import annotations
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from audit.event_sentences.words import Detail, Sentence, client_label, count, counted, from_address, text, who
+from audit.event_sentences.words import (
+    Detail,
+    Sentence,
+    client_label,
+    confinement_label,
+    count,
+    counted,
+    from_address,
+    text,
+    who,
+)
 from audit.models import AuditRecord
 
 REGISTRATION_SOURCES = {"dcr": "by dynamic client registration", "cimd": "through its client metadata document"}
@@ -23,7 +33,9 @@ def consent(record: AuditRecord, detail: Detail) -> SafeString:
     decision = text(detail, "decision")
     verb = {"approved": "approved", "denied": "refused"}.get(decision, decision or "answered")
     scope, host, outcome = text(detail, "scope"), text(detail, "redirect_host"), text(detail, "outcome")
-    terms = ", ".join(part for part in (f"scope {scope}" if scope else "", f"back to {host}" if host else "") if part)
+    confined = f"confinement {confinement_label(detail, 'confinement')}" if "confinement" in detail else ""
+    parts = (f"scope {scope}" if scope else "", confined, f"back to {host}" if host else "")
+    terms = ", ".join(part for part in parts if part)
     return format_html(
         "{} {} the connection of {}{}{}{}",
         who(record),
@@ -93,6 +105,19 @@ def client_removed(record: AuditRecord, detail: Detail) -> SafeString:
     return format_html("{} revoked and removed {}{}", who(record), client_label(detail), from_address(record))
 
 
+def confinement_changed(record: AuditRecord, detail: Detail) -> SafeString:
+    owner = text(detail, "owner")
+    return format_html(
+        "{} changed the confinement of {}{} from {} to {}{}",
+        who(record),
+        client_label(detail),
+        format_html(" for {}", owner) if owner else "",
+        confinement_label(detail, "previous"),
+        confinement_label(detail, "confinement"),
+        from_address(record),
+    )
+
+
 SENTENCES: dict[str, Sentence] = {
     "oauth.client_registered": client_registered,
     "oauth.consent": consent,
@@ -102,4 +127,5 @@ SENTENCES: dict[str, Sentence] = {
     "oauth.refresh_reused": refresh_reused,
     "oauth.client_pruned": client_pruned,
     "oauth.client_removed": client_removed,
+    "oauth.confinement_changed": confinement_changed,
 }

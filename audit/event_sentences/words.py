@@ -83,3 +83,12 @@ def token_label(detail: Detail) -> SafeString:
 
 def client_label(detail: Detail) -> SafeString:
     return format_html("client {}", text(detail, "client") or text(detail, "client_id") or "(unknown)")
+
+
+def confinement_label(detail: Detail, key: str) -> str:
+    """A confinement profile of an event's detail: "host", or "the installation's default (workspace)" for ""."""
+    choice = text(detail, key)
+    if choice:
+        return choice
+    default = text(detail, "default")
+    return f"the installation's default ({default})" if default else "the installation's default"

@@ -40,7 +40,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.mail import EmailMessage, get_connection
 
-from audit.visible import make_visible
+from audit.visible import hidden_count, make_visible, one_line
 from mcpserver.process import sandstorm_version
 
 logger = logging.getLogger(__name__)
@@ -280,18 +280,23 @@ def _blocks(notice: ApprovalNotice) -> list[dict[str, object]]:
         ("Reason", notice.rule_reason),
         ("Expires", notice.expires_at.isoformat(timespec="seconds")),
     ]
-    return [
+    blocks: list[dict[str, object]] = [
         {
             "type": "section",
             "text": _text(f"*Approval requested ({_mrkdwn(notice.label, 40)})*: {who}"),
             "accessory": button,
         },
         {"type": "section", "text": _text(f"```{_mrkdwn(notice.summary, BLOCK_COMMAND_LIMIT) or ' '}```")},
+    ]
+    if note := _hidden_note(notice.summary):
+        blocks.append({"type": "section", "text": _text(f"*{note}*")})
+    blocks.append(
         {
             "type": "section",
             "fields": [_text(f"*{name}*\n{_mrkdwn(value, FIELD_LIMIT) or '-'}") for name, value in details],
-        },
-    ]
+        }
+    )
+    return blocks
 
 
 def _text(mrkdwn: str) -> dict[str, object]:
@@ -326,13 +331,23 @@ def _mrkdwn(text: str, limit: int) -> str:
     entity = cut.rfind("&")  # every `&` left starts an escape
     if entity != -1 and ";" not in cut[entity:]:
         cut = cut[:entity]
+    spelled = cut.rfind("⟪")
+    if spelled != -1 and "⟫" not in cut[spelled:]:
+        cut = cut[:spelled]
     return cut + "…"
 
 
 def _one_line(text: str, limit: int) -> str:
     """`text` on one line (any run of whitespace one space), hidden characters spelled out, at most `limit` long."""
-    line = make_visible(" ".join(text.split()))
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+    return one_line(text, limit)
+
+
+def _hidden_note(command: str) -> str:
+    """The line that says a command hides characters (spelled out where it is shown), or ""."""
+    count = hidden_count(command, in_html=False)  # as make_visible spells them in these texts
+    if not count:
+        return ""
+    return f"This command contains {count} hidden character{'s' if count != 1 else ''}, shown as ⟪U+…⟫."
 
 
 # --- e-mail -----------------------------------------------------------------------------------------------------
@@ -373,6 +388,7 @@ def _email_subject(notice: ApprovalNotice) -> str:
 
 def _email_body(notice: ApprovalNotice) -> str:
     command = make_visible(notice.summary)
+    hidden = f"{note}\n\n" if (note := _hidden_note(notice.summary)) else ""
     if len(command) > EMAIL_COMMAND_LIMIT:
         command = command[:EMAIL_COMMAND_LIMIT] + "\n… (shortened: the console shows it whole)"
     rows = [
@@ -391,7 +407,7 @@ def _email_body(notice: ApprovalNotice) -> str:
     fields = "\n".join(f"{name + ':':<12}{_one_line(value, 1000)}" for name, value in rows)
     return (
         "A tool call waits for a staff user's approval.\n\n"
-        f"{fields}\n\nCommand:\n{textwrap.indent(command, '    ', lambda line: True)}\n\n"
+        f"{fields}\n\nCommand:\n{textwrap.indent(command, '    ', lambda line: True)}\n\n{hidden}"
         f"Approve or deny it in the console:\n{notice.card_url}\n\n"
         "If nobody answers before it expires, the call is denied.\n"
     )

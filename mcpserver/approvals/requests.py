@@ -75,7 +75,8 @@ def decide(
     credential_key: str | None = None,
 ) -> Decided:
     """Approve or deny a pending request. `credential_key`, for elicitation: the request must be that
-    credential's. Raises DecisionRefused when it is not pending (someone else decided first) or input is bad."""
+    credential's. Through elicitation only a request the client's user may answer is decided. Raises
+    DecisionRefused when it is not pending (someone else decided first) or input is bad."""
     reason = reason.strip()[:MAX_REASON]
     if grant_minutes is not None and not (approve and 1 <= grant_minutes <= MAX_GRANT_MINUTES):
         raise DecisionRefused(f"a grant lasts 1 to {MAX_GRANT_MINUTES} minutes and comes with an approval")
@@ -85,6 +86,8 @@ def decide(
         pending = ApprovalRequest.objects.filter(pk=request_id, state=APPROVAL_PENDING, expires_at__gt=now)
         if credential_key is not None:
             pending = pending.filter(credential_key=credential_key)
+        if channel == CHANNEL_ELICITATION:
+            pending = pending.filter(user_may_approve=True)
         changed = pending.update(
             state=state,
             decided_at=now,
@@ -162,6 +165,8 @@ def _why_not(request_id: int) -> str:
     if request.state != APPROVAL_PENDING:
         who = f" by {request.decided_by}" if request.decided_by else ""
         return f"R-{request_id} was already decided: {request.state.replace('_', ' ')}{who} ({request.channel})"
+    if not request.user_may_approve and request.expires_at > timezone.now():
+        return f"R-{request_id} needs staff: the client's user cannot answer it"
     return f"R-{request_id} has expired"
 
 

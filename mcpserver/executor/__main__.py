@@ -13,12 +13,12 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from mcpserver.executor import rlimits
+from mcpserver.executor import confinement, rlimits
 from mcpserver.executor.handover import HandedOver
 from mcpserver.executor.jsonlog import JsonFormatter  # plain logging, no Django
 from mcpserver.executor.local import LocalExecutor
 from mcpserver.executor.rlimits import DEFAULT_MAX_PROCESSES, MIN_MAX_MEMORY, ToolLimits, default_max_memory
-from mcpserver.executor.savedoutput import DEFAULT_MAX_BYTES
+from mcpserver.executor.savedoutput import DEFAULT_MAX_BYTES, OutputDirInWorkspace
 from mcpserver.executor.service import ExecutorService, bind_socket, logger
 
 SD_LISTEN_FDS_START = 3
@@ -47,6 +47,16 @@ def count_of(variable: str, smallest: int = 1) -> Callable[[str], int]:
         return number
 
     return parse
+
+
+def default_output_dir() -> str:
+    """Saved output's place when --output-dir is not given: never the workspace, whose tools every credential has."""
+    if os.environ.get("SANDSTORM_OUTPUT_DIR"):
+        return os.environ["SANDSTORM_OUTPUT_DIR"]
+    state = os.environ.get("STATE_DIRECTORY", "").split(":")[0]  # systemd's StateDirectory= (the first, if several)
+    if state:
+        return os.path.join(state, "output")
+    return os.path.join(os.path.expanduser("~"), ".local", "state", "sandstorm-mcp", "output")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -84,10 +94,31 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help=f"budget of saved command output; 0: none (default: $SANDSTORM_OUTPUT_MAX_BYTES, else {DEFAULT_MAX_BYTES})",
     )
     parser.add_argument(
+        "--output-dir",
+        default=default_output_dir(),
+        help="the executor's own directory of saved command output and background logs, outside the workspace "
+        "(default: $SANDSTORM_OUTPUT_DIR, else output/ in systemd's $STATE_DIRECTORY, else "
+        "~/.local/state/sandstorm-mcp/output)",
+    )
+    parser.add_argument(
         "--log-format",
         choices=("json", "text"),
         default=os.environ.get("SANDSTORM_LOG_FORMAT", "json").strip().lower() or "json",
         help="log lines as JSON objects (as the server does) or text (default: $SANDSTORM_LOG_FORMAT, else json)",
+    )
+    parser.add_argument(
+        "--hide",
+        action="append",
+        default=[p for p in os.environ.get("SANDSTORM_CONFINE_HIDE", "").split(os.pathsep) if p],
+        help="a tree a workspace-confined command may neither read nor write (repeatable; default: "
+        "$SANDSTORM_CONFINE_HIDE, paths separated by ':')",
+    )
+    parser.add_argument(
+        "--kernel-confinement",
+        choices=("auto", "off"),
+        default=os.environ.get("SANDSTORM_KERNEL_CONFINEMENT", "auto").strip().lower() or "auto",
+        help="auto: the kernel's sandbox (Landlock) where it has one; off: none, for the git layer's defences alone "
+        "(default: $SANDSTORM_KERNEL_CONFINEMENT, else auto)",
     )
     parser.add_argument("--watch-stdin", action="store_true", help="exit when stdin closes (a child of the server)")
     parser.add_argument(
@@ -123,7 +154,16 @@ async def serve(options: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     allow = [name.strip() for name in options.env_allow.split(",") if name.strip()]
     rlimits.configure(ToolLimits(max_processes=options.max_processes, max_memory=options.max_memory))
-    service = ExecutorService(LocalExecutor(options.workspace, allow, options.output_max_bytes), options.allow_uid)
+    try:
+        local = LocalExecutor(options.workspace, allow, options.output_max_bytes, options.output_dir)
+    except OutputDirInWorkspace as error:
+        raise SystemExit(f"--output-dir: {error}") from None
+    hidden = [*options.hide, str(local.saved_output.create())]  # other users' output: no confined command's to read
+    sandboxes = confinement.build(
+        os.path.realpath(options.workspace), hidden, enabled=options.kernel_confinement == "auto"
+    )
+    confinement.configure(sandboxes)
+    service = ExecutorService(local, options.allow_uid)
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
@@ -149,6 +189,7 @@ async def serve(options: argparse.Namespace) -> None:
         where, identity["user"], identity["uid"], identity["root"], options.allow_uid,
         options.max_processes or "no", options.max_memory or "no", options.output_max_bytes or "no",
     )  # fmt: skip
+    logger.info("kernel confinement: %s", confinement.summary(sandboxes.describe()))
     try:
         await stop.wait()
     finally:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from mcpserver.executor import gitargs, gitconfig
@@ -27,6 +27,8 @@ CLONE_TIMEOUT = 120.0
 NETWORK_TIMEOUT = 60.0  # push and pull
 LOCAL_TIMEOUT = 60.0  # everything else
 OUTPUT_BUDGET = 1_000_000
+INDEX_LISTING_BUDGET = 64_000_000  # `ls-files --stage` of a large repository, read for its gitlinks
+GITLINK_MODE = "160000"
 MAX_LOG_ENTRIES = 100
 ALLOWED_PROTOCOLS = "file:git:http:https:ssh"  # GIT_ALLOW_PROTOCOL: ext::, fd:: and helpers are blocked by git
 DEFAULT_IDENTITY = {"user.name": "Sandstorm Agent", "user.email": "agent@sandstorm.invalid"}
@@ -47,6 +49,10 @@ COMMIT_HOOKS = ("pre-commit", "prepare-commit-msg", "commit-msg", "post-commit",
 PULL_HOOKS = ("pre-merge-commit", "post-merge", *REF_HOOKS)
 PUSH_HOOKS = ("pre-push", *REF_HOOKS)
 CHECKOUT_HOOKS = ("post-checkout", *REF_HOOKS)
+# For status, diff and the like: a submodule whose checked-out commit moved shows, but git never looks at the files
+# inside it, which would run `git status` there with the submodule's own config (filters) and none of our overrides.
+# On the command line, as a submodule's `ignore` in .gitmodules beats git's config.
+SUBMODULES_UNOPENED = ("--ignore-submodules=dirty",)
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,11 @@ class Repository:
     env: dict[str, str]
     overrides: gitconfig.Overrides = field(default_factory=gitconfig.Overrides)
     config: tuple[gitconfig.ConfigEntry, ...] = ()
+
+    def with_config(self, *pairs: tuple[str, str]) -> Repository:
+        """The same repository, with `pairs` after our overrides (in the environment: a key may hold any text)."""
+        every = (*gitconfig.FIXED_OVERRIDES, *self.overrides.pairs, *pairs)
+        return replace(self, env={**self.env, **gitconfig.config_environment(every)})
 
 
 def combined_output(result: ExecResult) -> str:
@@ -139,7 +150,12 @@ class GitOps:
         return env
 
     async def _run(
-        self, cwd: Path, args: Sequence[str], timeout: float = LOCAL_TIMEOUT, env: dict[str, str] | None = None
+        self,
+        cwd: Path,
+        args: Sequence[str],
+        timeout: float = LOCAL_TIMEOUT,
+        env: dict[str, str] | None = None,
+        budget: int = OUTPUT_BUDGET,
     ) -> ExecResult:
         """`git <args>` in `cwd` (with `env`, by default `_git_env()`); a timeout becomes a ToolFailure."""
         command = next((arg for arg in args if not arg.startswith("-") and "=" not in arg), "command")
@@ -149,7 +165,7 @@ class GitOps:
                 cwd=str(cwd),
                 env=self._git_env() if env is None else env,
                 timeout=timeout,
-                output_budget=OUTPUT_BUDGET,
+                output_budget=budget,
                 listener=None,
                 saved=self.saved_output,
                 label="git",
@@ -250,32 +266,82 @@ class GitOps:
 
     async def git_status(self, path: str | None) -> str:
         repo = await self._repository(path)
-        return await self._noted(repo, ["status"], repo.overrides.notes(filters=True, merges=False))
+        command = ["status", *SUBMODULES_UNOPENED]
+        return await self._noted(repo, command, repo.overrides.notes(filters=True, merges=False))
 
     async def git_commit(self, message: str, path: str | None) -> str:
         if "\x00" in message:
             raise ToolFailure("Error: the commit message contains a NUL byte")
         repo = await self._repository(path)
         notes = repo.overrides.notes(filters=True, merges=False) + skipped_hooks(repo, COMMIT_HOOKS)
-        await self._noted(repo, ["add", "-A"], notes)
+        await self._noted(repo, ["add", "-A", *await self._gitlink_exclusions(repo)], notes)
         identity = await self._identity_options(repo)
         return await self._noted(repo, [*identity, "commit", "-m", message], notes)
 
+    async def _gitlink_exclusions(self, repo: Repository) -> list[str]:
+        """Pathspecs for `add -A` that leave out the gitlinks whose recorded commit is still checked out.
+
+        For those `add` runs `git status` inside the submodule, which reads the submodule's own config (its
+        filters) and none of our overrides; a gitlink whose commit moved is staged without looking inside.
+        """
+        listing = await self._run(repo.cwd, ["ls-files", "--stage", "-z"], env=repo.env, budget=INDEX_LISTING_BUDGET)
+        if listing.exit_code != 0 or listing.truncated:
+            raise ToolFailure("Error: " + (combined_output(listing) or "could not list the index for its submodules"))
+        gitlinks = [entry.split("\t", 1)[1] for entry in listing.stdout.split("\0") if entry.startswith(GITLINK_MODE)]
+        if not gitlinks:
+            return []
+        changed = await self._in(repo, ["diff-files", "--name-only", "-z", *SUBMODULES_UNOPENED])
+        moved = set(changed.split("\0"))
+        kept = [f":(top,exclude,literal){link}" for link in gitlinks if link not in moved]
+        return ["--", ":/", *kept] if kept else []
+
     async def git_push(self, remote: str | None, branch: str | None, path: str | None) -> str:
         repo = await self._repository(path)
-        args = await self._remote_args(repo, remote, branch)
-        pack = await self._pack_program(repo, args[0], "receive-pack")
-        command = ["push", *pack, "--end-of-options", *args]
-        return await self._noted(repo, command, skipped_hooks(repo, PUSH_HOOKS), NETWORK_TIMEOUT, "Pushed")
+        remote = remote or "origin"
+        await self._check_remote(remote, repo)
+        branch = branch or await self._checked_out_branch(repo)
+        gitargs.check_refspec_branch(branch)
+        await self._check_branch(branch, repo.cwd, repo.env, check_syntax=False)
+        pack = await self._pack_program(repo, remote, "receive-pack")
+        # One branch to the branch of that name, never forced: the repository's push refspecs (`+` forces, `:x`
+        # deletes), `remote.<name>.mirror` and `push.default` cannot widen it.
+        refspec = f"refs/heads/{branch}:refs/heads/{branch}"
+        command = ["push", "--no-recurse-submodules", *pack, "--end-of-options", remote, refspec]
+        pushing = repo.with_config((f"remote.{remote}.mirror", "false"))
+        notes = gitconfig.ignored_push_settings(repo.config, remote) + skipped_hooks(repo, PUSH_HOOKS)
+        return await self._noted(pushing, command, notes, NETWORK_TIMEOUT, "Pushed")
+
+    async def _checked_out_branch(self, repo: Repository) -> str:
+        result = await self._run(repo.cwd, ["symbolic-ref", "--quiet", "--short", "HEAD"], env=repo.env)
+        if result.exit_code != 0:
+            raise ToolFailure("Error: no branch is checked out (HEAD is detached); name the branch to push")
+        return result.stdout.strip()
 
     async def git_pull(self, remote: str | None, branch: str | None, path: str | None) -> str:
         repo = await self._repository(path)
         args = await self._remote_args(repo, remote, branch)
         identity = await self._identity_options(repo)  # a pull may create a merge commit
         pack = await self._pack_program(repo, args[0], "upload-pack")
-        command = [*identity, "pull", *pack, "--end-of-options", *args]
+        command = [*identity, "pull", "--no-recurse-submodules", *pack, "--end-of-options", *args]
         notes = repo.overrides.notes(filters=True, merges=True) + skipped_hooks(repo, PULL_HOOKS)
-        return await self._noted(repo, command, notes, NETWORK_TIMEOUT, "Pulled")
+        # A merge first saves local changes (`git stash create`), which looks inside submodules that .gitmodules
+        # does not tell git to ignore; so every submodule it names is ignored.
+        ignored = [(f"submodule.{name}.ignore", "all") for name in await self._submodule_names(repo)]
+        return await self._noted(repo.with_config(*ignored), command, notes, NETWORK_TIMEOUT, "Pulled")
+
+    async def _submodule_names(self, repo: Repository) -> list[str]:
+        """The submodule names .gitmodules gives, from each place git may read it (work tree, index, HEAD)."""
+        sources = [["--blob", ":.gitmodules"], ["--blob", "HEAD:.gitmodules"]]
+        if repo.layout.work_tree is not None:
+            sources.append(["--file", str(repo.layout.work_tree / ".gitmodules")])
+        names: dict[str, None] = {}
+        for source in sources:
+            query = ["config", *source, "--name-only", "-z", "--get-regexp", r"^submodule\..*\.path$"]
+            result = await self._run(repo.cwd, query, env=repo.env)
+            if result.exit_code == 0:  # 1: none there
+                keys = [key for key in result.stdout.split("\0") if key]
+                names.update((key.removeprefix("submodule.").removesuffix(".path"), None) for key in keys)
+        return list(names)
 
     async def _pack_program(self, repo: Repository, remote: str, command: str) -> list[str]:
         """`--receive-pack=`/`--upload-pack=` with our overrides when `remote` is reached on this machine.
@@ -319,13 +385,34 @@ class GitOps:
         await self._check_branch(branch, repo.cwd, repo.env)
         # No --end-of-options here: git 2.39's checkout then counts the trailing "--" as a second reference.
         # The name cannot start with '-' (checked above), and "--" ends the options and starts the pathspecs.
+        # Quiet: git's own report of local changes looks inside populated submodules (with their config), and a
+        # submodule's `ignore = none` in .gitmodules beats any setting of ours; the report is made below instead.
         notes = repo.overrides.notes(filters=True, merges=False) + skipped_hooks(repo, CHECKOUT_HOOKS)
-        return await self._noted(repo, ["checkout", branch, "--"], notes)
+        before = await self._branch_name(repo)
+        output = await self._noted(repo, ["checkout", "--quiet", branch, "--"], notes)
+        report = [await self._switch_report(repo, before), await self._local_changes(repo)]
+        return "\n".join(part for part in (*report, output) if part)
+
+    async def _branch_name(self, repo: Repository) -> str | None:
+        result = await self._run(repo.cwd, ["symbolic-ref", "--quiet", "--short", "HEAD"], env=repo.env)
+        return result.stdout.strip() if result.exit_code == 0 else None
+
+    async def _switch_report(self, repo: Repository, before: str | None) -> str:
+        """What `git checkout` says on success: the branch now checked out, or where a detached HEAD is."""
+        after = await self._branch_name(repo)
+        if after is None:
+            return "HEAD is now at " + await self._in(repo, ["log", "-1", "--format=%h %s"])
+        return f"Already on '{after}'" if after == before else f"Switched to branch '{after}'"
+
+    async def _local_changes(self, repo: Repository) -> str:
+        """The local changes carried over, as `git checkout` lists them (name and status against HEAD)."""
+        return await self._in(repo, ["diff-index", "--name-status", *SUBMODULES_UNOPENED, "HEAD", "--"])
 
     async def git_diff(self, path: str | None) -> str:
         repo = await self._repository(path)
         notes = repo.overrides.notes(filters=True, merges=False)
-        return await self._noted(repo, ["diff"], notes, default="(no changes)")
+        command = ["diff", *SUBMODULES_UNOPENED, "--submodule=short"]
+        return await self._noted(repo, command, notes, default="(no changes)")
 
     async def git_log(self, n: int, path: str | None) -> str:
         if n < 1:

@@ -39,6 +39,9 @@ FIXED_OVERRIDES: tuple[tuple[str, str], ...] = (
     # Submodules have configs of their own, which are not read here: no tool recurses into them.
     ("submodule.recurse", "false"),
     ("fetch.recurseSubmodules", "false"),
+    ("push.recurseSubmodules", "no"),
+    # `git submodule summary` in each submodule, with that submodule's config.
+    ("status.submoduleSummary", "false"),
     # A local push to a non-bare repository would check files out there, with that repository's filters.
     ("receive.denyCurrentBranch", "refuse"),
     # Run when a repository has alternates; `true` just advertises no extra tips.
@@ -174,6 +177,18 @@ def _names(own: Iterable[ConfigEntry], pattern: re.Pattern[str], admin_values: d
         if match and entry.value and admin_values.get(entry.key) != entry.value:
             names.append(match.group(1))
     return tuple(dict.fromkeys(names))
+
+
+def ignored_push_settings(entries: Iterable[ConfigEntry], remote: str) -> list[str]:
+    """A note naming the settings of `remote` that would have widened a push (forced, deleted, mirrored), if any."""
+    keys = (f"remote.{remote}.push", f"remote.{remote}.mirror")
+    found = [f"{e.key} = {e.value}" for e in entries if e.scope != "command" and e.key in keys]
+    if not found:
+        return []
+    return [
+        f"Note: this repository's push settings were not used ({'; '.join(found)}): git_push pushes one branch to "
+        "the branch of the same name and never forces, deletes or mirrors; run git with terminal_exec for that."
+    ]
 
 
 PUSH_REWRITE = re.compile(r"url\.(.+)\.pushinsteadof")

@@ -110,10 +110,20 @@ class Executor:
     async def job_states(self, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         raise NotImplementedError
 
+    async def read_saved_output(
+        self, name: str, offset: int | None, tail: int | None, max_bytes: int
+    ) -> dict[str, Any]:
+        """A page of the saved output a cut result named: {size, offset, next_offset, output}."""
+        raise NotImplementedError
+
     async def job_input(self, log_path: str, pid: int, start_ticks: int, text: str, eof: bool) -> dict[str, Any]:
         raise NotImplementedError
 
     async def signal_group(self, pid: int, pgid: int, start_ticks: int, signum: int) -> bool:
+        raise NotImplementedError
+
+    async def end_job(self, log_path: str, pid: int, start_ticks: int, escalate: bool = True) -> bool:
+        """The job's command group and all its host adopted: SIGTERM, then (`escalate`) SIGKILL until none is left."""
         raise NotImplementedError
 
     # --- git -----------------------------------------------------------------------------------------------------

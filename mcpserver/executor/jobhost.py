@@ -4,14 +4,20 @@ The executor starts it (in a new session, as the agent user) with a JSON spec as
 line from its stdout: the command's pid and start ticks. The host then outlives the executor's calls, restarts
 and, in production, the executor itself (its unit has KillMode=process):
 
+- it never opens a file by name: the executor opens the job's log, state file and input FIFO (in its own saved-output
+  directory, which a confined host may not write by path) and hands the descriptors over (`*_fd` in the spec);
+- it is a child subreaper (PR_SET_CHILD_SUBREAPER): whatever the command leaves behind, even in a session of its
+  own (`setsid cmd &`), is reparented to the host instead of to init, and the host lives, reaping them, until the
+  last is gone. So the host's descendants are everything the job started, and stopping the job ends them all;
+
 - it runs the command in a session of its own (so `terminal_kill` signals the command's group, never the host),
   with stdin from /dev/null, from a pipe, or from a pseudo-terminal (`mode`: none, stdin, pty);
 - it copies the command's output (both streams, in order) into the log, up to `cap` bytes, then drops the rest
   (the command never blocks or dies on a full log);
 - it forwards what the executor writes to the job's FIFO (framed: b"D" + 4-byte length + data, or b"E" for end
   of input) to the command's stdin, or to the terminal;
-- it writes the job's state file (atomically, JSON): running, then the exit status once the command has ended and
-  its output is read.
+- it appends the job's state to its state file, one JSON line each (running, then the exit status once the command
+  has ended and its output is read): the last whole line is the state, so a reader never sees half of one.
 
 It runs as `python3 -I -S jobhost.py SPEC`: standard library only, so it starts fast and small, and imports
 nothing of the project (it may outlive an upgrade of the installed code).
@@ -20,6 +26,7 @@ nothing of the project (it may outlive an upgrade of the installed code).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import json
@@ -35,9 +42,9 @@ from typing import Any
 READ_CHUNK = 64 * 1024
 INPUT_BUFFER = 1024 * 1024  # pending input past this is left in the FIFO: the executor's write waits, not our memory
 DRAIN_GRACE = 0.5  # seconds the output may stay open after the command ended (held by what it left running)
-POLL_WITHOUT_PIDFD = 0.1  # seconds
 FRAME_HEADER = struct.Struct(">cI")
 PTY_ROWS, PTY_COLUMNS = 40, 160
+PR_SET_CHILD_SUBREAPER = 36
 
 
 def start_ticks(pid: int) -> int:
@@ -47,16 +54,70 @@ def start_ticks(pid: int) -> int:
     return int(text[text.rfind(")") + 1 :].split()[19])
 
 
-def write_state(path: str, state: dict[str, Any]) -> None:
-    temporary = f"{path}.tmp"
-    with open(temporary, "w", encoding="utf-8") as out:
-        json.dump(state, out)
-    os.replace(temporary, path)
+def write_state(fd: int, state: dict[str, Any]) -> None:
+    """One line appended (the executor opened the file O_APPEND): a reader takes the last whole line."""
+    os.write(fd, (json.dumps(state) + "\n").encode())
 
 
-def exec_command(command: str, stdin: int, output: int) -> None:
-    """In the forked child: a session of its own, the given descriptors as 0, 1 and 2, then bash."""
+PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 38, 24, 47, 4
+CAPABILITY_VERSION_3 = 0x20080522
+LANDLOCK_RESTRICT_SELF = 446  # the same number on every architecture
+
+
+def become_subreaper() -> None:
+    """Orphaned descendants of the command are reparented to us, not to init: none escapes the job."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+
+
+def handed_over(fd: int) -> int:
+    """A descriptor the executor passed: ours alone, never the command's (it could forge the state)."""
+    if fd >= 0:
+        os.set_inheritable(fd, False)
+    return fd
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def confine(sandbox: int) -> None:
+    """In the forked child: bind it to the executor's Landlock ruleset `sandbox` (mcpserver/executor/landlock.py
+    does the same for the executor's own threads; this file imports nothing of the project). Capabilities go
+    first, then no_new_privs, then the ruleset; any refusal raises, and the command is not run."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    zero, ulong = ctypes.c_ulong(0), ctypes.c_ulong
+    libc.prctl(ctypes.c_int(PR_CAP_AMBIENT), ulong(PR_CAP_AMBIENT_CLEAR_ALL), zero, zero, zero)
+    for number in range(64):
+        if libc.prctl(ctypes.c_int(PR_CAPBSET_DROP), ulong(number), zero, zero, zero) < 0:
+            break  # EINVAL past the last capability, or EPERM for a thread with none to drop
+    data = (_CapData * 2)()
+    steps = (
+        ("capset", lambda: libc.capset(ctypes.byref(_CapHeader(CAPABILITY_VERSION_3, 0)), data)),
+        ("no_new_privs", lambda: libc.prctl(ctypes.c_int(PR_SET_NO_NEW_PRIVS), ulong(1), zero, zero, zero)),
+        ("landlock_restrict_self", lambda: libc.syscall(LANDLOCK_RESTRICT_SELF, sandbox, ctypes.c_uint32(0))),
+    )
+    for name, step in steps:
+        if step() < 0:
+            raise OSError(ctypes.get_errno(), f"{name} failed")
+    os.close(sandbox)
+
+
+def exec_command(command: str, stdin: int, output: int, sandbox: int = -1) -> None:
+    """In the forked child: a session of its own, the given descriptors as 0, 1 and 2, the sandbox of the
+    credential's profile (`sandbox` a Landlock ruleset, -1 for none), then bash."""
     try:
+        if sandbox >= 0:
+            try:
+                confine(sandbox)
+            except OSError as error:
+                os.write(output, f"sandstorm: the command was not run: its sandbox failed: {error}\n".encode())
+                os._exit(126)
         os.setsid()
         if os.isatty(stdin):
             fcntl.ioctl(stdin, termios.TIOCSCTTY, 0)
@@ -75,18 +136,19 @@ class Host:
         self.spec = spec
         self.mode: str = spec["mode"]
         self.cap: int = spec["cap"]
-        self.log = os.open(spec["log"], os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
+        self.log = handed_over(spec["log_fd"])
+        self.state_fd = handed_over(spec["state_fd"])
+        self.sandbox = handed_over(spec.get("sandbox_fd", -1))  # the command's Landlock ruleset, -1: none
         self.written = 0
         self.cut = False
-        self.fifo = -1
-        if self.mode != "none":
-            # Opened for reading and writing: it never reads as ended when the executor closes its end.
-            self.fifo = os.open(spec["fifo"], os.O_RDWR | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        # Opened for reading and writing by the executor: it never reads as ended when the executor closes its end.
+        self.fifo = handed_over(spec["fifo_fd"]) if self.mode != "none" else -1
         self.frames = b""
         self.pending = b""
         self.eof_asked = False
         self.selector = selectors.DefaultSelector()
         self.status: int | None = None
+        self.children_left = True  # until waitpid says there are none: the command, or what it left behind
 
     def start(self) -> None:
         stdin_target = ""
@@ -105,7 +167,7 @@ class Host:
                 child_in, self.stdin = os.open(os.devnull, os.O_RDONLY), -1
         self.pid = os.fork()
         if self.pid == 0:
-            exec_command(self.spec["command"], child_in, child_out)
+            exec_command(self.spec["command"], child_in, child_out, self.sandbox)
         for fd in {child_in, child_out}:
             os.close(fd)
         self.ticks = start_ticks(self.pid)
@@ -119,7 +181,7 @@ class Host:
             "stdin_target": stdin_target,
             "started": time.time(),
         }
-        write_state(self.spec["state"], self.state)
+        write_state(self.state_fd, self.state)
         os.write(1, f"{self.pid} {self.ticks}\n".encode())
         devnull = os.open(os.devnull, os.O_WRONLY)
         for fd in (1, 2):
@@ -129,32 +191,48 @@ class Host:
     def run(self) -> None:
         os.set_blocking(self.output, False)
         self.selector.register(self.output, selectors.EVENT_READ, self.copy_output)
-        try:
-            exited = os.pidfd_open(self.pid)
-        except OSError:  # no pidfds (old kernel, seccomp): look for the command's end between waits
-            exited = -1
-        else:
-            self.selector.register(exited, selectors.EVENT_READ, lambda: self.reap(exited))
+        self.selector.register(self.child_signals(), selectors.EVENT_READ, self.reap_children)
         if self.stdin >= 0:
             os.set_blocking(self.stdin, False)
             self.selector.register(self.fifo, selectors.EVENT_READ, self.read_fifo)
+        self.reap_children()  # it may have ended before SIGCHLD was caught
         drain_until: float | None = None
-        while self.output >= 0 or self.status is None:
+        while self.output >= 0 or self.status is None or self.children_left:
             recorded = "exit_code" in self.state
             timeout = None if drain_until is None or recorded else max(0.0, drain_until - time.monotonic())
-            if exited < 0 and self.status is None:
-                timeout = POLL_WITHOUT_PIDFD
             for key, _mask in self.selector.select(timeout):
                 key.data()
-            if exited < 0 and self.status is None:
-                reaped, status = os.waitpid(self.pid, os.WNOHANG)
-                self.status = status if reaped else None
             if self.status is not None and drain_until is None:
                 drain_until = time.monotonic() + DRAIN_GRACE
             if drain_until is not None and time.monotonic() >= drain_until and "exit_code" not in self.state:
                 self.record_exit()  # the output stays open (something the command left holds it): say so now
         if "exit_code" not in self.state:
             self.record_exit()
+
+    def child_signals(self) -> int:
+        """A pipe that becomes readable at each SIGCHLD (the command's end, or an adopted orphan's)."""
+        readable, writable = os.pipe()
+        for fd in (readable, writable):
+            os.set_blocking(fd, False)
+        signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)  # caught (not ignored), so the wake-up fd hears it
+        signal.set_wakeup_fd(writable)
+        self.wakeups = readable
+        return readable
+
+    def reap_children(self) -> None:
+        """Reap every child that has ended: the command (its status is the job's), and orphans we adopted."""
+        with contextlib.suppress(BlockingIOError):
+            os.read(self.wakeups, 4096)
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                self.children_left = False
+                return
+            if pid == 0:
+                return
+            if pid == self.pid:
+                self.status = status
 
     def copy_output(self) -> None:
         try:
@@ -217,7 +295,7 @@ class Host:
 
     def watch_input(self) -> None:
         """Write when the command can take more; read the FIFO only while little is waiting to be written."""
-        if self.stdin < 0:
+        if self.stdin < 0 or self.fifo < 0:
             return
         stdin_key = self.selector.get_map().get(self.stdin)
         if self.pending and stdin_key is None:
@@ -235,11 +313,6 @@ class Host:
             os.close(self.stdin)
             self.stdin = -1
 
-    def reap(self, exited: int) -> None:
-        self.selector.unregister(exited)
-        os.close(exited)
-        _, self.status = os.waitpid(self.pid, 0)
-
     def record_exit(self) -> None:
         status = self.status
         if status is None:
@@ -252,17 +325,20 @@ class Host:
             ended=time.time(),
             output_bytes=self.written,
         )
-        if self.mode != "none":
-            # Before the state says so: whoever reads "exited" finds no FIFO to write to, not a silent one.
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.spec["fifo"])
-        write_state(self.spec["state"], self.state)
+        if self.fifo >= 0:
+            # Before the state says so: whoever reads "exited" finds the FIFO without a reader, not a silent one.
+            if self.fifo in self.selector.get_map():
+                self.selector.unregister(self.fifo)
+            os.close(self.fifo)
+            self.fifo = -1
+        write_state(self.state_fd, self.state)
 
 
 def main() -> None:
     spec = json.loads(sys.argv[1])
     for signum in (signal.SIGHUP, signal.SIGINT):
         signal.signal(signum, signal.SIG_IGN)  # the host ends when its command has, not with a terminal
+    become_subreaper()
     host = Host(spec)
     host.start()
     host.run()

@@ -1,20 +1,26 @@
-"""Background commands: started in a job host (jobhost.py), followed, fed input, and their state read back.
+"""Background commands: started in a job host (jobhost.py), followed, fed input, ended, and their state read back.
 
 A job is named by its log's file name in the saved-output directory, `bg-<time>-<random>.log`; beside it are its
-state file (`.state`, written by the host) and, for a job started with stdin or a terminal, its input FIFO (`.in`,
-mode 0600). Everything a job is lives in those files and in its processes, never in the executor's memory: a job
-outlives the executor and the server that started it, and is found again from the registry's row after either
-restarts.
+state file (`.state`, appended to by the host) and, for a job started with stdin or a terminal, its input FIFO
+(`.in`, mode 0600). The executor creates and opens all three and hands the host their descriptors: the directory is
+the executor's, outside the workspace, where no tool reaches and a confined host may not write by path. Everything
+a job is lives in those files and in its processes, never in the executor's memory: a job outlives the executor and
+the server that started it, and is found again from the registry's row after either restarts.
+
+Jobs started before the directory moved out of the workspace keep their files in `<workspace>/.sandstorm/output`;
+they are still read there.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import json
 import os
 import platform
 import re
+import signal
 import stat
 import sys
 import termios
@@ -24,10 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mcpserver.executor import jobhost
+from mcpserver.executor import confinement, jobhost
 from mcpserver.executor.capture import spill_stem, trim_incomplete_end, trim_incomplete_start
 from mcpserver.executor.interface import BackgroundStart, ToolFailure
-from mcpserver.executor.processes import TOO_MANY_TASKS, read_start_ticks
+from mcpserver.executor.processes import KILL_WAIT, TERM_GRACE, TOO_MANY_TASKS, read_start_ticks
 from mcpserver.executor.savedoutput import SavedOutput
 from mcpserver.executor.spawn import spawn
 from mcpserver.executor.textsize import json_size
@@ -40,7 +46,9 @@ INPUT_LOOK_EVERY = 25  # polls: a wait looks through /proc for a reader of the j
 PROMPT_SETTLE = (3, 0.5)  # a log the same size over 3 polls (at most 0.5 s) holds what came before the read
 INPUT_TIMEOUT = 5.0  # how long terminal_input waits for a command that does not read what it was sent
 INPUT_FRAME = 64 * 1024
+END_POLL = 0.05  # seconds between looks for what is left of a job being ended
 JOB_LOG = re.compile(r"bg-\d{8}-\d{6}-[0-9a-f]{8}\.log")
+SAVED_OUTPUT = re.compile(r"[a-z]+-\d{8}-\d{6}-[0-9a-f]{32}\.(stdout|stderr)\.log")  # processes.run_process's
 READ_SYSCALL = {"x86_64": 0, "aarch64": 63}.get(platform.machine())
 TTY_READ_WCHANS = frozenset({"n_tty_read", "wait_woken"})
 PIPE_READ_WCHANS = frozenset({"pipe_read", "anon_pipe_read", "pipe_wait"})
@@ -83,6 +91,43 @@ def _session_members(session: int) -> list[int]:
         if len(fields) > 3 and fields[3] == str(session):
             members.append(int(entry.name))
     return members
+
+
+def _parents() -> dict[int, list[int]]:
+    """Each process's children, from field 4 of /proc/<pid>/stat; zombies (ended, to be reaped) left out."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as stat_file:
+                text = stat_file.read().decode("ascii", errors="replace")
+        except OSError:
+            continue
+        fields = text[text.rfind(")") + 1 :].split()
+        if len(fields) > 1 and fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    return children
+
+
+def _descendants(root: int) -> list[int]:
+    """Every live process below `root`: for a job host (a subreaper), all that its command started, even in
+    sessions of their own."""
+    children, found, todo = _parents(), [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _kill(pid: int, signum: int, group: bool = False) -> bool:
+    """Whether the signal was sent; a process gone meanwhile, or not ours to signal (sudo's), is not an error."""
+    try:
+        (os.killpg if group else os.kill)(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def _reads_from(pid: int, target: str) -> bool:
@@ -136,22 +181,42 @@ class JobOps:
         if mode not in MODES:
             raise ToolFailure(f"Error: mode must be one of {', '.join(MODES)}")
         directory = self._working_dir(cwd)
+        profile, sandboxes = confinement.PROFILE.get(), confinement.active()
+        sandbox = sandboxes.ruleset_fd(profile)  # refuses a profile the kernel cannot enforce, before anything is made
         log_cap = self.saved_output.grant(BACKGROUND_LOG_CAP)  # counted whole until the directory is measured again
         if not log_cap:
             raise ToolFailure(f"Error: not started: there is no room for its log: {self.saved_output.full_message()}")
         files = JobFiles(self.saved_output.create(), spill_stem("bg"))
-        files.log.touch(exist_ok=False)  # exists as soon as we name it
-        if mode != "none":
-            os.mkfifo(files.fifo, 0o600)
-        spec = {"command": command, "mode": mode, "cap": log_cap}
-        spec |= {"log": str(files.log), "state": str(files.state), "fifo": str(files.fifo)}
+        fds = _open_job_files(files, mode)
+        spec = {
+            "command": command,
+            "mode": mode,
+            "cap": log_cap,
+            **fds,
+            "sandbox_fd": -1 if sandbox is None else sandbox,
+        }
         argv = [sys.executable, "-I", "-S", jobhost.__file__, json.dumps(spec)]
         answer = bytearray()
+        passed = tuple(fd for fd in (*fds.values(), sandbox) if fd is not None and fd >= 0)
         try:
-            host = spawn(argv, directory, self.env, lambda _n, data: answer.extend(data[:4096]), merge_stderr=True)
+            # The host is our own code holding the job's files, so it runs unconfined; it binds the command it
+            # starts to the credential's sandbox (the ruleset passed to it) before the command runs.
+            with confinement.unconfined():
+                host = spawn(
+                    argv,
+                    directory,
+                    sandboxes.environment(profile, self.env),
+                    lambda _n, data: answer.extend(data[:4096]),
+                    merge_stderr=True,
+                    pass_fds=passed,
+                )
         except BlockingIOError as error:
             self.saved_output.give_back(log_cap)
             raise ToolFailure(f"Error: not started: {TOO_MANY_TASKS}") from error
+        finally:
+            for fd in fds.values():
+                if fd >= 0:
+                    os.close(fd)  # the host holds its copies
         done, _ = await asyncio.wait({host.pipes_closed}, timeout=HOST_START_TIMEOUT)
         words = bytes(answer).split()
         if not done or len(words) != 2 or not all(word.isdigit() for word in words):
@@ -164,9 +229,11 @@ class JobOps:
     # --- reading -------------------------------------------------------------------------------------------------
 
     def _job(self, log_path: str) -> JobFiles:
-        """The job a registry row names, refused unless its log is a job log directly in the saved-output directory."""
+        """The job a registry row names, refused unless its log is a job log directly in the saved-output directory
+        (or, for a job started before it moved, in the workspace's old one)."""
         path = Path(log_path)
-        if path.parent != self.saved_output.directory or not JOB_LOG.fullmatch(path.name):
+        known = (self.saved_output.directory, self.saved_output.legacy_directory)
+        if path.parent not in known or not JOB_LOG.fullmatch(path.name):
             raise ToolFailure(f"Error: {log_path} is not a background command's log")
         return JobFiles(path.parent, path.name.removesuffix(".log"))
 
@@ -174,6 +241,9 @@ class JobOps:
         """What the host last wrote, checked against the processes: a host gone without an exit is `lost`."""
         state = _read_state(files.state)
         if state.get("state") in ("exited", "killed"):
+            if state.get("mode", "none") != "none" and files.directory == self.saved_output.directory:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(files.fifo)  # the host closed it at the end; the name is ours to remove
             return state
         host_alive = _alive(state.get("host_pid", 0), state.get("host_ticks", -1))
         if state and host_alive:
@@ -274,6 +344,32 @@ class JobOps:
         finally:
             os.close(fd)
 
+    async def read_saved_output(
+        self, name: str, offset: int | None, tail: int | None, max_bytes: int
+    ) -> dict[str, Any]:
+        """A page of a command's saved output (the file a cut result names), as `job_output` pages a log.
+
+        Only a file directly in the saved-output directory with the unguessable name run_process gives: the name,
+        which only the result of the command's call holds, is what lets its holder read it."""
+        if not SAVED_OUTPUT.fullmatch(name):
+            raise ToolFailure(f"Error: {name!r} is not the name of a command's saved output")
+        files = JobFiles(self.saved_output.directory, name.removesuffix(".log"))
+        size = _log_size(files)
+        if not size and not files.log.exists():
+            raise ToolFailure(f"Error: no saved output {name} (files go after 7 days, or an administrator pruned it)")
+        start = max(0, size - tail) if tail is not None else offset or 0
+        data = self._read_log(files, start, max_bytes)
+        if start > 0:
+            skipped = len(data) - len(trim_incomplete_start(data))
+            data, start = data[skipped:], start + skipped
+        data = _fit(data, max_bytes, whole=start + len(data) >= size)
+        return {
+            "size": size,
+            "offset": start,
+            "next_offset": start + len(data),
+            "output": data.decode(errors="replace"),
+        }
+
     async def job_states(self, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The state of each job (`log_path`, `pid`, `start_ticks`), in order; a job not found reads as lost."""
         found = []
@@ -285,6 +381,47 @@ class JobOps:
                 continue
             found.append(self._describe(files, int(job["pid"]), int(job["start_ticks"])))
         return found
+
+    # --- ending ------------------------------------------------------------------------------------------------
+
+    async def end_job(self, log_path: str, pid: int, start_ticks: int, escalate: bool = True) -> bool:
+        """SIGTERM the job's command group and everything its host adopted; with `escalate`, SIGKILL what is left
+        after TERM_GRACE, round after round (a process may fork meanwhile) until nothing is, or KILL_WAIT has passed.
+        Whether anything was running to be signalled. PID-safe: the command and the host are each checked to be the
+        very process that was started (pid and start ticks) before they or their descendants are signalled."""
+        files = self._job(log_path)
+        if not self._signal_job(files, pid, start_ticks, signal.SIGTERM):
+            return False
+        if escalate:
+            await self._until_ended(files, pid, start_ticks, TERM_GRACE, None)
+            await self._until_ended(files, pid, start_ticks, KILL_WAIT, signal.SIGKILL)
+        return True
+
+    def _job_processes(self, files: JobFiles, pid: int, start_ticks: int) -> tuple[bool, list[int]]:
+        """Whether the command still runs, and the live processes below its host (if the host still runs)."""
+        state = _read_state(files.state)
+        host, host_ticks = state.get("host_pid", 0), state.get("host_ticks", -1)
+        below = _descendants(host) if _alive(host, host_ticks) else []
+        return _alive(pid, start_ticks), below
+
+    def _signal_job(self, files: JobFiles, pid: int, start_ticks: int, signum: int) -> int:
+        """Signal the command's group (while the command runs) and each process below the host: how many got it."""
+        command, below = self._job_processes(files, pid, start_ticks)
+        sent = int(command and _kill(pid, signum, group=True))
+        return sent + sum(_kill(member, signum) for member in below)
+
+    async def _until_ended(
+        self, files: JobFiles, pid: int, start_ticks: int, limit: float, signum: signal.Signals | None
+    ) -> None:
+        """Wait up to `limit` seconds for the job's processes to be gone, sending `signum` to what is left each look."""
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            command, below = self._job_processes(files, pid, start_ticks)
+            if not command and not below:
+                return
+            if signum is not None:
+                self._signal_job(files, pid, start_ticks, signum)
+            await asyncio.sleep(END_POLL)
 
     # --- input ---------------------------------------------------------------------------------------------------
 
@@ -344,12 +481,32 @@ def _fit(data: bytes, budget: int, whole: bool) -> bytes:
     return data
 
 
-# What a state file may hold, and of which type: it is in the agent's workspace, so the agent could write anything there.
+# What a state file may hold, and of which type: a job of an unconfined credential (or one from before the files left
+# the workspace) could have written anything there.
 STATE_FIELDS: dict[str, type | tuple[type, ...]] = {
     "state": str, "pid": int, "start_ticks": int, "host_pid": int, "host_ticks": int, "mode": str,
     "stdin_target": str, "exit_code": int, "signal": int, "ended": (int, float),
 }  # fmt: skip
 STATES = frozenset({"running", "exited", "killed"})
+
+
+def _open_job_files(files: JobFiles, mode: str) -> dict[str, int]:
+    """Create the job's log, state file and (with input) FIFO, each new, and open them for the host to inherit."""
+    flags = os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    opened: dict[str, int] = {"log_fd": -1, "state_fd": -1, "fifo_fd": -1}
+    try:
+        opened["log_fd"] = os.open(files.log, flags | os.O_WRONLY, 0o600)
+        opened["state_fd"] = os.open(files.state, flags | os.O_WRONLY | os.O_APPEND, 0o600)
+        if mode != "none":
+            os.mkfifo(files.fifo, 0o600)
+            # Read and write, non-blocking: it opens without a writer, and never reads as ended between writers.
+            opened["fifo_fd"] = os.open(files.fifo, os.O_RDWR | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        for fd in opened.values():
+            if fd >= 0:
+                os.close(fd)
+        raise
+    return opened
 
 
 def _log_size(files: JobFiles) -> int:
@@ -359,12 +516,20 @@ def _log_size(files: JobFiles) -> int:
         return 0
 
 
+def _last_state(data: bytes) -> bytes:
+    """The last whole line the host appended (a line still being written is not one yet); a state file of an older
+    host is one JSON object, replaced whole, without a newline."""
+    if b"\n" not in data:
+        return data
+    return data[: data.rindex(b"\n")].rsplit(b"\n", 1)[-1]
+
+
 def _read_state(path: Path) -> dict[str, Any]:
     """The fields of a job's state file that have the type they should; {} for none (no file: a command started
     before job hosts, or one whose files were pruned)."""
     try:
         with open(path, "rb") as state_file:
-            found = json.load(state_file)
+            found = json.loads(_last_state(state_file.read(1 << 20)))
     except (OSError, ValueError):
         return {}
     if not isinstance(found, dict):

@@ -20,11 +20,18 @@ from mcpserver.executor.workspace import WorkspaceOps
 
 
 class LocalExecutor(FileOps, EditOps, ProcessOps, GitOps, WorkspaceOps, ImageOps, SearchOps, JobOps, Executor):
-    def __init__(self, root: str, env_allow: Iterable[str] = (), output_max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(
+        self,
+        root: str,
+        env_allow: Iterable[str] = (),
+        output_max_bytes: int = DEFAULT_MAX_BYTES,
+        output_dir: str | None = None,
+    ) -> None:
         self.workspace = Workspace(root)
         self.root = str(self.workspace.root)
         self.env = clean_environment(env_allow)
-        self.saved_output = SavedOutput(self.workspace, output_max_bytes)
+        # None: beside the workspace (tests, the benchmark); the executor process is always given its own.
+        self.saved_output = SavedOutput(self.workspace, output_max_bytes, directory=output_dir)
         self._input_locks: dict[str, asyncio.Lock] = {}
 
     async def prune_output(self, max_bytes: int | None = None) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import secrets
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -109,7 +110,8 @@ async def run_process(
     if not os.path.isdir(cwd):
         raise ToolFailure(f"Error: {cwd}: Not a directory")
     loop = asyncio.get_running_loop()
-    stem = spill_stem(label)
+    # Unguessable: the name is what lets its reader page through it (terminal_output), and only the result holds it.
+    stem = spill_stem(label) + secrets.token_hex(12)
     streams = {fd: StreamCapture(name, output_budget, saved, stem) for fd, name in ((1, "stdout"), (2, "stderr"))}
     relay = ProgressRelay(listener) if listener is not None else None
     started = loop.time()

@@ -1,4 +1,11 @@
-"""The saved-output directory (`<workspace>/.sandstorm/output`) and its size budget.
+"""The saved-output directory and its size budget.
+
+The directory is the executor's own, outside the workspace (production: the executor unit's state directory;
+development: beside the server's state dir; SANDSTORM_OUTPUT_DIR chooses another). What a command printed, and a
+background command's log, belong to the user whose command it was: no tool reaches a path outside the workspace,
+and a confined command may not read or write there. The owner reads them back through terminal_output. It used
+to be `<workspace>/.sandstorm/output`, where any credential's tools could read and rewrite them; files
+left there stay (the agent may delete them), and jobs started then are still read there.
 
 Saved output is a quota, not a cache: once the files hold `max_bytes`, new output is not saved (the result says
 so, with what frees room) rather than older files deleted. Older files are named in results an agent may still be
@@ -20,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mcpserver.executor.paths import OUTPUT_SUBDIR, SANDSTORM_DIR, Workspace
+
+OUTPUT_DIR_MODE = 0o700
 
 MAX_AGE_SECONDS = 7 * 24 * 3600
 DEFAULT_MAX_BYTES = 1024 * 1024 * 1024
@@ -58,25 +67,52 @@ def _unlink(path: Path) -> bool:
     return True
 
 
+def beside(workspace: Workspace) -> Path:
+    """The directory an executor built in process (tests, the benchmark) saves to when given none: beside the
+    workspace, never in it. The executor process is always given one (__main__.py)."""
+    return workspace.root.parent / f"{workspace.root.name}.sandstorm-output"
+
+
+class OutputDirInWorkspace(ValueError):
+    """Saved output inside the workspace would be every credential's to read and rewrite."""
+
+
 class SavedOutput:
     """Where command output is saved, and how much more may be: `grant` hands out bytes until the budget is used."""
 
     def __init__(
-        self, workspace: Workspace, max_bytes: int = DEFAULT_MAX_BYTES, max_age: float = MAX_AGE_SECONDS
+        self,
+        workspace: Workspace,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_age: float = MAX_AGE_SECONDS,
+        directory: str | os.PathLike[str] | None = None,
     ) -> None:
         self.workspace = workspace
+        self.directory = Path(os.path.realpath(directory)) if directory is not None else beside(workspace)
+        if workspace.contains(self.directory):
+            raise OutputDirInWorkspace(
+                f"the saved-output directory {self.directory} must be outside the workspace {workspace.root}"
+            )
         self.max_bytes = max_bytes  # 0: no budget
         self.max_age = max_age
         self._used: int | None = None  # bytes the files hold (an upper bound), None until measured
         self._measured_at = float("-inf")
 
     @property
-    def directory(self) -> Path:
-        """The directory's path; it may not exist yet (see `create`)."""
+    def legacy_directory(self) -> Path:
+        """Where output was saved before: read for the jobs started then, never written."""
         return self.workspace.root / SANDSTORM_DIR / OUTPUT_SUBDIR
 
     def create(self) -> Path:
-        return self.workspace.output_dir()
+        """The directory, created (0700: the executor's alone) if it is not there yet."""
+        try:
+            self.directory.mkdir(mode=OUTPUT_DIR_MODE)
+        except FileNotFoundError:
+            self.directory.parent.mkdir(mode=OUTPUT_DIR_MODE, parents=True, exist_ok=True)
+            self.directory.mkdir(mode=OUTPUT_DIR_MODE, exist_ok=True)
+        except FileExistsError:
+            pass
+        return self.directory
 
     def grant(self, wanted: int) -> int:
         """How many of `wanted` bytes may be saved now (all of them, some, or 0), counted as used at once."""
@@ -104,8 +140,9 @@ class SavedOutput:
     def full_message(self) -> str:
         return (
             f"saved output in {self.directory} has reached its budget of {self.max_bytes} bytes "
-            "(SANDSTORM_OUTPUT_MAX_BYTES): delete files there that are no longer needed (file_delete), or an "
-            "administrator can run `manage.py prune_output --max-bytes N`, which deletes the oldest until N are left"
+            "(SANDSTORM_OUTPUT_MAX_BYTES): files "
+            f"go after {self.max_age / 86400:g} days, or an administrator can run "
+            "`manage.py prune_output --max-bytes N`, which deletes the oldest until N are left"
         )
 
     def _may_rescan(self) -> bool:

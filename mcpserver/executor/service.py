@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from mcpserver.executor import wire
+from mcpserver.executor import confinement, wire
 from mcpserver.executor.interface import OPERATIONS, ToolFailure
 from mcpserver.executor.local import LocalExecutor
 
@@ -64,6 +64,7 @@ class ExecutorService:
             "root": self.executor.root,
             "home": account.pw_dir,
             "disk_free": disk_free,
+            "confinement": confinement.active().describe(),
         }
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -143,6 +144,10 @@ class ExecutorService:
             return {"ok": self.identity()}
         if op not in OPERATIONS or not isinstance(args, dict):  # nothing else of the executor object is reachable
             return {"error": f"unknown request {op!r}"}
+        try:
+            confinement.PROFILE.set(confinement.profile_for(op, request.get("confinement")))
+        except ValueError as error:
+            return {"error": str(error)}
         method: Callable[..., Awaitable[object]] = getattr(self.executor, op)
         notices: list[asyncio.TimerHandle] = []
         if op == "run_command":

@@ -1,6 +1,7 @@
 """A command's process, watched from the event loop without threads: its two output pipes, and a pidfd for its end.
 
-Every process the executor starts is started here (`spawn`), with the tool limits (rlimits.py) pinned in it.
+Every process the executor starts is started here (`spawn`), in the sandbox of the call's confinement profile
+(confinement.py), with the tool limits (rlimits.py) pinned in it.
 
 asyncio's subprocess transport (Python 3.11) starts a thread per process to wait for it, connects each pipe through
 a transport and a protocol, and takes several turns of the event loop to start a command and to finish it, a cost
@@ -16,7 +17,7 @@ import os
 import subprocess
 from collections.abc import Callable
 
-from mcpserver.executor import rlimits
+from mcpserver.executor import confinement, rlimits
 
 READ_CHUNK = 64 * 1024
 OutputSink = Callable[[int, bytes], None]  # (1 for stdout or 2 for stderr, a chunk of it)
@@ -125,13 +126,15 @@ def spawn(
         else:
             pipes[2], stderr = os.pipe()
             ends.append(stderr)
+    profile, sandboxes = confinement.PROFILE.get(), confinement.active()
+    env = sandboxes.environment(profile, env)
     rlimits.keeper.before_spawn()
     try:
         try:
-            process = _popen(argv, cwd, env, stdout, stderr, pass_fds)
+            process = sandboxes.start(profile, lambda: _popen(argv, cwd, env, stdout, stderr, pass_fds))
         except BlockingIOError:  # EAGAIN: the host's tasks grew past our last reading of them
             rlimits.keeper.refresh_now()
-            process = _popen(argv, cwd, env, stdout, stderr, pass_fds)
+            process = sandboxes.start(profile, lambda: _popen(argv, cwd, env, stdout, stderr, pass_fds))
     except BaseException:
         for fd in pipes.values():
             os.close(fd)

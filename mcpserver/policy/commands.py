@@ -58,9 +58,19 @@ class SimpleCommand:
 
 
 @dataclass(frozen=True)
+class InputReader:
+    """A command that reads the commands it runs from the input terminal_input types into (`bash` started with
+    stdin or a pty), so that what is typed there later is a command too."""
+
+    name: str
+    shell: bool  # what it reads is shell text (else another language: python, SQL, …)
+
+
+@dataclass(frozen=True)
 class ParsedCommand:
     commands: tuple[SimpleCommand, ...]
     opaque_reasons: tuple[str, ...] = ()  # why some of what would run cannot be seen, one sentence each
+    readers: tuple[InputReader, ...] = ()  # when parsed with its input open (`terminal`): what reads it
 
     @property
     def opaque(self) -> bool:

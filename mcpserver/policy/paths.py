@@ -7,12 +7,15 @@ are character classes. `*` matches a leading dot too: a rule names dot-files on 
 A path glob is anchored by its first character: `~` is the agent's home directory, `/` the file system's root, and
 anything else is relative to the workspace. Paths are compared after `~` is expanded and `.`/`..` are collapsed
 (`posixpath.normpath`), never after resolving symlinks: a rule is a guardrail against mistakes, not a boundary.
+A path's `~name` is that user's home from the password database (the one lookup outside the arguments), so
+`~root/.bashrc` is `/root/.bashrc`; a `~name` naming no user, and `~+`/`~-`, cannot be known here (`unknown_tilde`).
 """
 
 from __future__ import annotations
 
 import functools
 import posixpath
+import pwd
 import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -88,12 +91,36 @@ def normalise(path: str) -> str:
 
 
 def expand_home(path: str, home: str) -> str | None:
-    """`path` with a leading `~` replaced by `home`; None for `~user`, whose directory only the system knows."""
+    """`path` with a leading `~` replaced by `home`, and `~name` by that user's home; None when `~name` names no
+    user (or is `~+`, `~-`, `~1`: directories only the running shell knows)."""
     if path == "~" or path.startswith("~/"):
         return home + path[1:]
     if path.startswith("~"):
-        return None
+        name, slash, rest = path[1:].partition("/")
+        found = user_home(name)
+        return None if found is None else (found.rstrip("/") or "/") + slash + rest
     return path
+
+
+@functools.lru_cache(maxsize=256)
+def user_home(name: str) -> str | None:
+    """The home directory of user `name` in the password database, or None (no such user, or not a name)."""
+    if not name or name[0] in "+-" or name.isdigit():
+        return None
+    try:
+        return pwd.getpwnam(name).pw_dir or None
+    except (KeyError, ValueError):  # no such user; a NUL in the name
+        return None
+
+
+def unknown_tilde(word: str) -> str | None:
+    """The `~name` prefix of `word` (or of the value of a `KEY=` word, which bash expands too) when its directory
+    cannot be known here, else None."""
+    key, equals, value = word.partition("=")
+    for text in (word, value) if equals and key.isidentifier() else (word,):
+        if text.startswith("~") and expand_home(text, "/") is None:
+            return text.partition("/")[0]
+    return None
 
 
 def resolve(path: str, base: str, home: str) -> str | None:

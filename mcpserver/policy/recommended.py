@@ -3,14 +3,18 @@
 Kept as data (the JSON an admin would write) so that it can be shown, copied and edited. Deny rules come first,
 although the order only matters within one command: each command of a call is decided on its own (evaluate.py).
 
-- deny: making file systems (`mkfs`, `mkfs.*`, `mke2fs`); `dd` writing to a block device, or a redirection or
-  `tee` into one (not `/dev/null` and the like: block devices are listed by name); `shutdown`, `reboot`, `halt`,
-  `poweroff`, `init 0|6`, `telinit 0|6`, `systemctl poweroff|reboot|halt|kexec`.
-- ask: `rm -r` of a path outside the workspace's git repositories; `git push` with `-f`, `--force`,
-  `--force-with-lease` or a `+refspec`; `sudo`, `doas`, `su`, `pkexec`; `curl`/`wget` piped into a shell or an
-  interpreter; `chmod -R`; writing to dot-files in the home: the file tools' paths `~/.*` and `~/.*/**`, and
-  redirections to them, `tee`, `cp`, `mv`, `ln`, `install` or `sed -i` naming one (a copy *from* a dot-file asks
-  too: the pattern cannot tell a source from a destination).
+- deny: making file systems (`mkfs`, `mkfs.*`, `mke2fs`, `mkswap`); `dd` writing to a block device, or a
+  redirection, `tee`, or `cp`/`mv`/`install` (as the destination after a source) into one (not `/dev/null` and
+  the like: block devices are listed by name); `shutdown`, `reboot`, `halt`, `poweroff`, `init 0|6`,
+  `telinit 0|6`, `systemctl poweroff|reboot|halt|kexec`.
+- ask: `rm -r` or `find -delete` of a path outside the workspace's git repositories; `rsync --delete` (and its
+  `--delete-*` forms and `--remove-source-files`) anywhere, as its destination may be on another host; `git
+  push` with `-f`, `--force`, `--force-with-lease`, a `+refspec`, `--mirror`, `--delete`/`-d`, `--prune` or a
+  `:branch` that deletes it; `sudo`, `doas`, `su`, `pkexec`; `curl`/`wget` piped into a shell or an interpreter;
+  `chmod -R`; writing to dot-files in the home: the file tools' paths `~/.*` and `~/.*/**`, and redirections to
+  them, `tee`, `cp`, `mv`, `ln`, `install`, `sed -i`, `dd of=`, `curl`/`wget` naming one (a copy *from* a
+  dot-file asks too: the pattern cannot tell a source from a destination).
+(`busybox rm -rf /` is `rm -rf /` to the parser, and `python3 -c …` is opaque: see wrappers.py.)
 With these rules a command the parser cannot see through asks too (the policy's opaque decision).
 """
 
@@ -31,7 +35,7 @@ RECOMMENDED: list[dict[str, Any]] = [
     {
         "id": "make-filesystem",
         "decision": "deny",
-        "commands": ["mkfs|mkfs.*|mke2fs"],
+        "commands": ["mkfs|mkfs.*|mke2fs|mkswap"],
         "description": "Making a file system erases what the device held.",
     },
     {
@@ -41,6 +45,7 @@ RECOMMENDED: list[dict[str, Any]] = [
             "dd " + "|".join(f"of={device}" for device in _BLOCK_DEVICES.split("|")),
             f">{_BLOCK_DEVICES}",
             f"tee {_BLOCK_DEVICES}",
+            f"cp|mv|install ** {_BLOCK_DEVICES}",
         ],
         "description": "Writing a disk device directly destroys its file systems.",
     },
@@ -57,14 +62,30 @@ RECOMMENDED: list[dict[str, Any]] = [
     {
         "id": "rm-recursive-outside-repos",
         "decision": "ask",
-        "commands": [{"pattern": "rm -r|-R|--recursive", "when": "outside-repos"}],
+        "commands": [
+            {"pattern": "rm -r|-R|--recursive", "when": "outside-repos"},
+            {"pattern": "find -delete", "when": "outside-repos"},
+        ],
         "description": "Removing a tree that no git repository holds cannot be undone.",
+    },
+    {
+        "id": "rsync-delete",
+        "decision": "ask",
+        "commands": [
+            "rsync --delete|--del|--delete-before|--delete-during|--delete-delay|--delete-after|--delete-excluded",
+            "rsync --remove-source-files",
+        ],
+        "description": "rsync deletes what the source does not have; the destination may be anywhere.",
     },
     {
         "id": "force-push",
         "decision": "ask",
-        "commands": ["git push -f|--force|--force-with-lease", "git push +**"],
-        "description": "A forced push can drop other people's commits from the remote.",
+        "commands": [
+            "git push -f|--force|--force-with-lease|--mirror|--delete|-d|--prune",
+            "git push +**",
+            "git push :**",
+        ],
+        "description": "A forced push, a mirror or a deleting push can drop other people's commits from the remote.",
     },
     {
         "id": "privilege",
@@ -102,6 +123,8 @@ RECOMMENDED: list[dict[str, Any]] = [
             f">{_HOME_DOTFILES}",
             f"tee|cp|mv|ln|install {_HOME_DOTFILES}",
             f"sed -i|--in-place {_HOME_DOTFILES}",
+            "dd of=~/.*|of=~/.*/**",
+            f"curl|wget {_HOME_DOTFILES}",
         ],
         "description": "Dot-files in the home configure shells, ssh, git and more: a change there outlives the task.",
     },

@@ -49,9 +49,12 @@ def shape_of(command: SimpleCommand) -> Shape:
 
 
 class Scene:
-    def __init__(self, parsed: ParsedCommand, places: Places) -> None:
+    def __init__(self, parsed: ParsedCommand, places: Places, cwd_known: bool = True) -> None:
+        """`cwd_known=False`: the command may run anywhere (a line typed into a shell that may have changed
+        directory since it started): its relative paths are unknown."""
         self.commands: Sequence[SimpleCommand] = parsed.commands
         self.places = places
+        self.cwd_known = cwd_known
         self._shapes: dict[int, Shape] = {}
         self._cwds: dict[int, Resolved] = {}
         self._members: dict[int, list[tuple[int, int]]] | None = None
@@ -72,7 +75,7 @@ class Scene:
     def _possible_cwds(self, command: SimpleCommand) -> Resolved:
         # A union, not a sequence: `cd x || rm -r y` runs rm where cd failed, and loops repeat cds.
         cwds = {self.places.cwd}
-        unknown = False
+        unknown = not self.cwd_known
         for target in command.cwd_changes:
             moved = {resolve(target, cwd, self.places.home) for cwd in cwds} if target is not None else {None}
             unknown = unknown or None in moved

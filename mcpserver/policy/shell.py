@@ -13,6 +13,8 @@ gives, and for a command name that holds an expansion, a glob or a brace expansi
 here-document or inside `${…}`, nesting past MAX_DEPTH wrappers and scripts (or MAX_NESTING levels of syntax),
 text longer than MAX_COMMAND_CHARS, more than MAX_SIMPLE_COMMANDS simple commands, and text bashlex cannot read.
 bashlex 0.18 cannot read `[[ ]]`, `case`, `$(( ))`/`(( ))`, arrays, `select` or `coproc`: those are opaque too.
+Parsed with `terminal` (a background command started with stdin or a pty), a command that runs what is typed into
+that input later (`bash`, `python3`, `psql`) is opaque, and listed in `readers` (wrappers.py).
 
 Cost: bashlex takes 40 to 60 µs a word or operator, and reads a command substitution again. So a hostile text is
 refused before bashlex sees it: past MAX_COMMAND_CHARS characters, or past MAX_TOKENS words and operators over the
@@ -31,7 +33,7 @@ from typing import Any
 import bashlex.ast
 
 from mcpserver.policy.bashlex_reading import MAX_TOKENS, Body, Reading, read_with_bashlex
-from mcpserver.policy.commands import ParsedCommand, Redirect, SimpleCommand
+from mcpserver.policy.commands import InputReader, ParsedCommand, Redirect, SimpleCommand
 from mcpserver.policy.plain import PlainCommand, plain_commands
 from mcpserver.policy.wrappers import ASSIGNMENT, Inner, Stdin, Word, cd_target, look_inside
 
@@ -43,16 +45,17 @@ MAX_REASONS = 8
 
 
 @functools.lru_cache(maxsize=256)
-def parse_command(text: str) -> ParsedCommand:
-    """The simple commands `text` would run when given to `bash -c`, and why it is opaque if it is."""
-    return read(text)
+def parse_command(text: str, terminal: bool = False) -> ParsedCommand:
+    """The simple commands `text` would run when given to `bash -c`, and why it is opaque if it is. `terminal`:
+    its input is one terminal_input types into (started with stdin or a pty), not /dev/null."""
+    return read(text, terminal=terminal)
 
 
-def read(text: str, plain: bool = True) -> ParsedCommand:
+def read(text: str, plain: bool = True, terminal: bool = False) -> ParsedCommand:
     """`parse_command` uncached; `plain=False` has bashlex read plain commands too (to compare the two)."""
     walker = _Walker(plain)
-    walker.script(text, _Context())
-    return ParsedCommand(tuple(walker.commands), tuple(walker.reasons))
+    walker.script(text, _Context(terminal=terminal))
+    return ParsedCommand(tuple(walker.commands), tuple(walker.reasons), tuple(walker.readers))
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,7 @@ class _Context:
     nesting: int = 0  # syntax tree levels
     more_args_unknown: bool = False  # under xargs
     placeholder_under: tuple[str, ...] = ()  # under find -exec
+    terminal: bool = False  # stdin is the input terminal_input types into (substitutions inherit it too)
 
     def deeper(self) -> _Context:
         return replace(self, nesting=self.nesting + 1)
@@ -89,6 +93,7 @@ class _Walker:
         self.tokens_left = MAX_TOKENS  # for bashlex, over all the scripts of the command
         self.commands: list[SimpleCommand] = []
         self.reasons: list[str] = []
+        self.readers: list[InputReader] = []
         self.cwd_changes: list[str | None] = []
         self.pipelines = 0
         self.full = False
@@ -270,12 +275,14 @@ class _Walker:
                 stdin = Stdin(
                     piped=any(stage > 0 for _, stage in ctx.pipelines),
                     source=next((redirect for redirect in reversed(redirects) if redirect.feeds_stdin), None),
+                    terminal=ctx.terminal,
                 )
                 inside = look_inside(words, stdin)
                 inners = inside.inners
                 transparent = inside.transparent and bool(inners)
                 for reason in inside.reasons:
                     self.opaque(reason)
+                self.readers.extend(inside.readers)
         command = SimpleCommand(
             argv=tuple(word.text for word in words),
             assignments=assignments,

@@ -9,17 +9,24 @@ enough of each command's syntax to find the command it runs, including the optio
   `sudo` (`-D DIR` too; with `-e`, `-l`, `-v`, `-V` or `-K` nothing runs), `doas`, `pkexec`, `nohup`, `setsid`,
   `nice`, `ionice`, `stdbuf`, `timeout` (after its duration), `chroot` (after its new root), `command` (not with
   `-v`/`-V`), `builtin`, `exec`, `time` and `xargs` (whose command gets arguments only known at run time).
+  `busybox` (its applet is the command).
 - Shell text: `sh`, `bash`, `zsh`, `dash`, `ksh`, `mksh`, `ash`, `fish` with `-c`; `su -c`; `eval` of its
-  words; `trap 'text' SIGNAL`; a shell reading a here-document or here-string.
+  words; `trap 'text' SIGNAL`; a shell (or `sudo -s`, `su`) reading a here-document or here-string.
 - `find … -exec|-execdir|-ok|-okdir CMD … ;|+`: CMD, whose `{}` stands for paths under find's starting points.
 - Opaque: a shell or interpreter (`python*`, `pypy*`, `perl`, `ruby`, `node`, `php`, `lua`) reading its program
-  from a pipe, a file, `-s`, `-` or a process substitution; a program text (`bash -c`, `python -c`, `eval`,
-  a here-document) built from expansions; `source`/`.` of a file; `env -S`, which splits its own command line.
+  from a pipe, a file, `-s`, `-` or a process substitution; a program text (`bash -c`, `eval`, a here-document)
+  built from expansions; an interpreter's inline program (`python3 -c`, `perl -e`, a here-document given to
+  `python3`), whose language the policy does not read; `source`/`.` of a file; `env -S`, which splits its own
+  command line.
+- Input readers (`Stdin.terminal`: the command was started with stdin or a pty, for terminal_input): a shell,
+  `su`, `sudo -s|-i`, `doas -s`, `chroot` without a command, or an interpreter, reading its commands from that
+  input, and the programs in `_READERS` (REPLs such as `psql`, and what opens a shell: `ssh`, `script`, `tmux`, …)
+  given such an input. They are opaque (what they run is typed later) and listed in `Inside.readers`, so that what
+  is typed into them is decided as a command (evaluate.py).
 
-A script run by its file name (`bash deploy.sh`, `python3 x.py`, `./x`) is a program like any other, not opaque;
-an interpreter's inline program (`python3 -c`, a here-document given to `python3`) is seen but not parsed. Not seen
-through (their commands are only their own words): `watch`, `flock`, `ssh`, `runuser`, `unshare`, `nsenter`,
-`systemd-run`, `firejail`, `strace`, `busybox`, `make` recipes, `git` aliases and hooks.
+A script run by its file name (`bash deploy.sh`, `python3 x.py`, `python3 -m pytest`, `./x`) is a program like any
+other, not opaque. Not seen through (their commands are only their own words): `watch`, `flock`, `ssh`,
+`runuser`, `unshare`, `nsenter`, `systemd-run`, `firejail`, `strace`, `make` recipes, `git` aliases and hooks.
 """
 
 from __future__ import annotations
@@ -28,11 +35,17 @@ import posixpath
 import re
 from dataclasses import dataclass, field, replace
 
-from mcpserver.policy.commands import Redirect
+from mcpserver.policy.commands import InputReader, Redirect
 
 SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "fish"})
 # Wrappers that change who runs the command, or where: a decision of their own, not only the inner command's.
-_NOT_TRANSPARENT = frozenset({"sudo", "doas", "pkexec", "su", "chroot"})
+PRIVILEGED = frozenset({"sudo", "doas", "pkexec", "su", "chroot"})
+# Programs that, given an open input, run what is typed into it: REPLs (False: not shell text) and programs that
+# open a shell (True). Cheap to list; a program not listed that does the same is not seen (a guardrail, not a wall).
+_READERS = {
+    **dict.fromkeys(("irb", "psql", "mysql", "mariadb", "sqlite3", "gdb", "tclsh", "expect"), False),
+    **dict.fromkeys(("ssh", "script", "tmux", "screen", "unshare", "nsenter", "newgrp", "sg", "login"), True),
+}
 ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
 _INTERPRETER = re.compile(r"(?:python|pypy)[0-9.]*|perl[0-9.]*|ruby[0-9.]*|node|nodejs|php[0-9.]*|lua[0-9.]*")
 _STDIN_FILES = frozenset({"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
@@ -51,6 +64,7 @@ class Stdin:
 
     piped: bool = False  # a later stage of a pipeline
     source: Redirect | None = None  # the last redirection feeding it, which wins over a pipe
+    terminal: bool = False  # else: the input the command was started with, which terminal_input types into
 
 
 @dataclass(frozen=True)
@@ -71,6 +85,7 @@ class Inside:
     inners: list[Inner] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
     transparent: bool = True  # the command adds nothing to what it runs (not so for sudo: it changes the user)
+    readers: list[InputReader] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -124,6 +139,7 @@ _WRAPPERS: dict[str, _Options] = {
     "builtin": _Options(),
     "exec": _Options(takes_value="a"),
     "time": _Options(takes_value="fo", long_takes_value=frozenset({"format", "output"})),
+    "busybox": _Options(long_no_command=frozenset({"list", "list-full", "install", "help"})),
     "xargs": _Options(
         takes_value="ILnPsdEa",
         attached_value="ile",
@@ -137,18 +153,28 @@ _SU_OPTIONS = _Options(
     dash_is_option=True,
     permute=True,
 )
-# Per interpreter family: its options, and those of them that give the program inline (`-c`, `-e`, `--eval`).
-_INTERPRETERS: dict[str, tuple[_Options, tuple[str, ...]]] = {
-    "python": (_Options(takes_value="cmWX"), ("c", "m")),
-    "pypy": (_Options(takes_value="cmWX"), ("c", "m")),
-    "perl": (_Options(takes_value="eE", attached_value="IMm0lixdDC"), ("e", "E")),
-    "ruby": (_Options(takes_value="eIr"), ("e",)),
-    "node": (
+
+
+@dataclass(frozen=True)
+class _Interpreter:
+    options: _Options
+    inline: tuple[str, ...]  # options giving the program inline (`-c`, `-e`, `--eval`)
+    named: tuple[str, ...] = ()  # options naming the program to run (`python -m pytest`)
+    interactive: tuple[str, ...] = ()  # options reading more program from the input after it (`python -i`)
+
+
+_INTERPRETERS: dict[str, _Interpreter] = {
+    "python": _Interpreter(_Options(takes_value="cmWX"), ("c",), ("m",), ("i",)),
+    "pypy": _Interpreter(_Options(takes_value="cmWX"), ("c",), ("m",), ("i",)),
+    "perl": _Interpreter(_Options(takes_value="eE", attached_value="IMm0lixdDC"), ("e", "E")),
+    "ruby": _Interpreter(_Options(takes_value="eIr"), ("e",)),
+    "node": _Interpreter(
         _Options(takes_value="epr", long_takes_value=frozenset({"eval", "print", "require", "import", "input-type"})),
         ("e", "p", "eval", "print"),
+        interactive=("i", "interactive"),
     ),
-    "php": (_Options(takes_value="rcdz"), ("r",)),
-    "lua": (_Options(takes_value="el"), ("e",)),
+    "php": _Interpreter(_Options(takes_value="rcdz"), ("r",), interactive=("a",)),
+    "lua": _Interpreter(_Options(takes_value="el"), ("e",), interactive=("i",)),
 }
 
 
@@ -212,7 +238,7 @@ def _short_options(words: tuple[Word, ...], scan: _Scan, spec: _Options) -> None
 def look_inside(words: tuple[Word, ...], stdin: Stdin) -> Inside:
     """What the command of `words` (whose name is literal) runs besides itself, and what of it cannot be seen."""
     name = posixpath.basename(words[0].text)
-    inside = Inside(transparent=name not in _NOT_TRANSPARENT)
+    inside = Inside(transparent=name not in PRIVILEGED)
     if name in SHELLS:
         _shell(name, words, stdin, inside)
     elif _INTERPRETER.fullmatch(name):
@@ -229,7 +255,18 @@ def look_inside(words: tuple[Word, ...], stdin: Stdin) -> Inside:
         _trap(words, inside)
     elif name == "find":
         _find(words, inside)
+    elif name in _READERS and _reads_terminal(stdin):
+        _reader(name, _READERS[name], inside)
     return inside
+
+
+def _reads_terminal(stdin: Stdin) -> bool:
+    return stdin.terminal and stdin.source is None and not stdin.piped
+
+
+def _reader(name: str, shell: bool, inside: Inside) -> None:
+    inside.reasons.append(f"`{name}` runs what is typed into its input later (terminal_input)")
+    inside.readers.append(InputReader(name, shell))
 
 
 def _code(what: str, words: tuple[Word, ...], inside: Inside) -> None:
@@ -246,39 +283,47 @@ def _shell(name: str, words: tuple[Word, ...], stdin: Stdin, inside: Inside) -> 
         if operands:  # `bash -c` without text fails, running nothing
             _code(f"`{name} -c`", operands[:1], inside)
     elif "s" in scan.short or not operands or operands[0].text in _STDIN_FILES:
-        _program_from_stdin(name, stdin, inside, parse=True)
+        _program_from_stdin(name, stdin, inside, shell=True)
     elif operands[0].substituted:
         inside.reasons.append(f"`{name}` reads its program from a process substitution")
 
 
 def _interpreter(name: str, words: tuple[Word, ...], stdin: Stdin, inside: Inside) -> None:
-    family = re.sub(r"[0-9.]+$", "", name).removesuffix("js")
-    spec, inline = _INTERPRETERS[family]
-    scan = _scan(words, spec)
-    code = [scan.values[key] for key in inline if key in scan.values]
+    family = _INTERPRETERS[re.sub(r"[0-9.]+$", "", name).removesuffix("js")]
+    scan = _scan(words, family.options)
+    code = [scan.values[key] for key in family.inline if key in scan.values]
     operands = words[scan.index :]
     if code:
-        if any(word.dynamic for word in code):
-            inside.reasons.append(f"the program given to `{name}` is only known at run time")
+        # An inline program runs what it likes (`python3 -c 'os.system(…)'`): its language is not read here.
+        inside.reasons.append(f"the program given inline to `{name}` is not inspected")
+    elif not operands and any(key in scan.values for key in family.named):
+        pass  # `python3 -m pytest`: a program named, as a script is
     elif not operands or operands[0].text in _STDIN_FILES:
-        _program_from_stdin(name, stdin, inside, parse=False)
+        _program_from_stdin(name, stdin, inside, shell=False)
     elif operands[0].substituted:
         inside.reasons.append(f"`{name}` reads its program from a process substitution")
+    if (scan.short | scan.long) & set(family.interactive) and _reads_terminal(stdin):
+        _reader(name, False, inside)
 
 
-def _program_from_stdin(name: str, stdin: Stdin, inside: Inside, parse: bool) -> None:
-    """A program read from stdin: seen (and for a shell, parsed) when a here-document or here-string gives it."""
+def _program_from_stdin(name: str, stdin: Stdin, inside: Inside, shell: bool) -> None:
+    """A program read from stdin: seen (and for a shell, parsed) when a here-document or here-string gives it;
+    typed later when it is the input the command was started with (terminal_input)."""
     source = stdin.source
     if source is None:
         if stdin.piped:
             inside.reasons.append(f"`{name}` reads its program from a pipe")
+        elif stdin.terminal:
+            _reader(name, shell, inside)
         return
     if source.body is None:
         inside.reasons.append(f"`{name}` reads its program from {source.target!r}, which is not inspected")
         return
-    if not source.literal:
+    if not shell:
+        inside.reasons.append(f"the program `{name}` reads from a here-document is not inspected")
+    elif not source.literal:
         inside.reasons.append(f"the program `{name}` reads from a here-document is built at run time")
-    if parse:
+    if shell:
         inside.inners.append(Inner(script=source.body, script_from_stdin=True))
 
 
@@ -298,7 +343,9 @@ def _wrapper(name: str, words: tuple[Word, ...], stdin: Stdin, inside: Inside) -
     index += spec.operands
     if index >= len(words):
         if scan.short & set(spec.shell):
-            _program_from_stdin(f"{name} -{''.join(sorted(scan.short & set(spec.shell)))}", stdin, inside, False)
+            _program_from_stdin(f"{name} -{''.join(sorted(scan.short & set(spec.shell)))}", stdin, inside, True)
+        elif name == "chroot" and index == len(words):  # `chroot DIR` runs an interactive shell
+            _program_from_stdin("chroot", stdin, inside, True)
         return
     chdir = next((scan.values[key] for key in spec.chdir if key in scan.values), None)
     inner = Inner(words=words[index:], assignments=tuple(assignments), more_args_unknown=name == "xargs")
@@ -311,7 +358,7 @@ def _su(words: tuple[Word, ...], stdin: Stdin, inside: Inside) -> None:
     scan = _scan(words, _SU_OPTIONS)
     code = next((scan.values[key] for key in ("c", "command", "session-command") if key in scan.values), None)
     if code is None:
-        _program_from_stdin("su", stdin, inside, parse=True)
+        _program_from_stdin("su", stdin, inside, shell=True)
     else:
         _code("`su -c`", (code,), inside)
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import signal
 import time
 from datetime import UTC
@@ -28,16 +30,18 @@ JobId = Annotated[
     int | str,
     Field(
         description="The background command's id: the PID terminal_exec_background gave, or the approval request "
-        '("R-17") of a command that waited for approval.'
+        '("R-17") of a command that waited for approval; or the file a cut terminal_exec result saved its whole '
+        "output to."
     ),
 ]
+SAVED_NAME = re.compile(r"[a-z]+-\d{8}-\d{6}-[0-9a-f]{32}\.(stdout|stderr)\.log")  # the executor checks it again
 
 
 class OutputResult(BaseModel):
     id: int | str
     state: str = Field(
         description="running, exited, killed or lost; for an approval request not run (yet): pending_approval, "
-        "denied, timed_out, cancelled or not_started."
+        "denied, timed_out, cancelled or not_started; saved for a terminal_exec result's saved output."
     )
     exit_code: int | None = Field(description="Once it has ended: its exit code (128+N when killed by signal N).")
     waiting_for_input: bool = Field(description="It is blocked reading its stdin or terminal.")
@@ -141,13 +145,15 @@ async def terminal_output(
         raise ToolFailure("Error: offset must be 0 or more; tail and max_bytes more than 0")
     if wait_ms is not None and wait_ms < 0:
         raise ToolFailure("Error: wait_ms must be 0 or more")
+    budget = min(max_bytes or DEFAULT_MAX_BYTES, call.result_cap - 4 * ENVELOPE_BYTES)
+    if isinstance(id, str) and SAVED_NAME.fullmatch(os.path.basename(id.strip())):
+        return await _saved_output_result(call, os.path.basename(id.strip()), offset, tail, budget)
     remaining = min(wait_ms or 0, MAX_WAIT_MS)
     started = time.monotonic()
     job = await _job(call, id, remaining)
     if isinstance(job, NotRunning):
         return _not_running_result(job)
     remaining = max(0, remaining - int((time.monotonic() - started) * 1000))
-    budget = min(max_bytes or DEFAULT_MAX_BYTES, call.result_cap - 4 * ENVELOPE_BYTES)
     while True:
         this_wait = min(remaining, WAIT_SLICE_MS)
         found = await call.executor.job_output(job.log_path, job.pid, job.start_ticks, offset, tail, budget, this_wait)
@@ -157,6 +163,23 @@ async def terminal_output(
         offset, tail = found["next_offset"], None
         await call.progress(f"{id} is {state_text(found)}; no new output after {time.monotonic() - started:.0f}s")
     return _output_result(id, job, found)
+
+
+async def _saved_output_result(
+    call: ToolCall, name: str, offset: int | None, tail: int | None, budget: int
+) -> ToolResult:
+    """A page of the output a cut terminal_exec result saved (it names the file: its name is the id)."""
+    found = await call.executor.read_saved_output(name, offset, tail, budget)
+    size, start, end = found["size"], found["offset"], found["next_offset"]
+    where = f"Output bytes {start}-{end} of {size}; next offset {end}"
+    if size > end:
+        where += f" ({size - end} more bytes: call again with offset {end})"
+    structured = {
+        "id": name, "state": "saved", "exit_code": None, "waiting_for_input": False,
+        "offset": start, "next_offset": end, "size": size, "log_path": "",
+    }  # fmt: skip
+    header = f"Saved output {name}\n{where}."
+    return ToolResult(f"{header}\n\n{found['output']}" if found["output"] else header, structured=structured)
 
 
 def _output_result(id: int | str, job: BackgroundProcess, found: dict[str, Any]) -> ToolResult:
@@ -260,7 +283,8 @@ async def terminal_input(
     eof: Annotated[bool, Field(description="Then close its input (on a terminal: Ctrl-D).")] = False,
 ) -> ToolResult:
     """Write to the stdin of a background command started with stdin (or pty) true. Recorded in the audit log like
-    every argument: do not type secrets an administrator must not read."""
+    every argument: do not type secrets an administrator must not read. Text typed into a shell or interpreter is
+    decided by the command policy like a command, before it is written: type whole lines, ending with a newline."""
     job = await _running_job(call, id)
     found = await call.executor.job_input(job.log_path, job.pid, job.start_ticks, text, eof)
     closed = " and closed its input" if eof else ""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 from typing import Annotated
 
 from pydantic import Field
@@ -77,6 +76,7 @@ async def terminal_exec(
     """Run a shell command in the workspace and return its stdout, stderr and exit code.
 
     Long output is cut in the middle; the whole output is saved to a file the result names (read it with file_read).
+    That file is outside the workspace, the caller's alone: read it with terminal_output, giving its path as the id.
     """
     if background_after is not None:
         return await run_until_background(call, command, cwd, background_after)
@@ -104,14 +104,18 @@ async def terminal_exec_background(
 
 @tool(title="Stop a background command", destructive=True)
 async def terminal_kill(call: ToolCall, pid: int) -> ToolResult:
-    """Send SIGTERM to a background process this server started (and its process group)."""
+    """Send SIGTERM to a background process this server started (and its process group).
+
+    Only this user's own; also to what it left running in sessions of their own."""
     ticks = await call.executor.process_start_ticks(pid) if pid > 0 else None
     if ticks is None:
         return ToolResult.error(f"No such process {pid}")
     started = await find_started_process(pid, ticks)
     if started is None:
         return ToolResult.error(f"Process {pid} was not started by this server")
-    if not await call.executor.signal_group(pid, started.pgid, ticks, signal.SIGTERM):
+    if started.username != call.principal.username:  # a job is its user's, as terminal_output and terminal_input say
+        return ToolResult.error(f"Process {pid} was not started by {call.principal.username}")
+    if not await call.executor.end_job(started.log_path, pid, ticks, escalate=False):
         return ToolResult.error(f"No such process {pid}")
     await record_signal(started)
     return ToolResult(f"Sent SIGTERM to {pid}")

@@ -7,6 +7,8 @@
   the scope in plain words; Approve / Deny; CSRF; `X-Frame-Options: DENY` and a strict Content-Security-Policy.
 - Only `S256` PKCE and only our resource are accepted, refused before the page is shown.
 - It says how long access lasts, and offers "Approve read-only instead" when the client asked for `mcp`.
+- For `mcp`, it says which confinement profile the app's commands will get (oauth.confinement); an approver who may
+  change connected apps chooses it here, anyone else sees it read-only. For `mcp:read`, that no profile is needed.
 - Every decision is recorded in the audit log; Deny sends `access_denied` (with `iss`) to the client.
 - A client ID metadata document that could not be fetched is explained (oauth.metadata_documents), not left as
   "Invalid client_id parameter value.".
@@ -20,6 +22,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from django.conf import settings
+from django.contrib.auth import get_permission_codename
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
@@ -31,11 +34,12 @@ from oauth2_provider.views.mixins import OAuthLibMixin
 from oauthlib.oauth2.rfc6749 import errors
 
 from audit.log import event, request_actor
-from oauth.agent_identity import agent_user
+from oauth import confinement
+from oauth.agent_identity import agent_os_user
 from oauth.credentials import application_label
 from oauth.lifetimes import access_duration_text
 from oauth.metadata_documents import unknown_client_explanation
-from oauth.models import SCOPE_ALL, SCOPE_READ, ClientRegistration
+from oauth.models import SCOPE_ALL, SCOPE_READ, AppConfinement, ClientRegistration, ConnectedApp
 from oauth.policy import resource_target_error
 from oauth.redirects import is_loopback, redirect_host
 from oauth.second_factor import second_factor_required
@@ -48,13 +52,9 @@ CSP = (
 
 # The consent form's second approve button: the same grant with `mcp:read` in place of `mcp`.
 READ_ONLY_FIELD = "read_only"
-UNREPORTED_AGENT_USER = "the agent user (the tool executor has not reported yet)"
-
-
-def agent_os_user() -> str:
-    """The OS user the tools run as, as the executor last reported it to the MCP server (in production not the
-    server's own user); never asked from here, so the page never waits for the executor."""
-    return agent_user() or UNREPORTED_AGENT_USER
+# The confinement profile the approver chooses for the app's full-scope calls as them (oauth.confinement).
+CONFINEMENT_FIELD = "confinement"
+BAD_CONFINEMENT = "The confinement profile must be workspace, host or the installation's default; nothing was approved."
 
 
 def scope_descriptions(scopes: list[str], user: str) -> list[str]:
@@ -67,9 +67,34 @@ def scope_descriptions(scopes: list[str], user: str) -> list[str]:
     if SCOPE_READ in scopes:
         return [
             f"Read files, list directories and read git status, diffs and history in the workspace {workspace}, "
-            f"as {user} on this host ({host}). No commands and no changes."
+            f"as {user} on this host ({host}). No commands and no changes.",
+            f"Confinement: {confinement.READ_ONLY_WORDS}.",
         ]
     return []
+
+
+def may_choose_confinement(user: Any) -> bool:
+    """Whoever may change a connected app (and revoke it) chooses its profile here; anyone else sees it read-only."""
+    opts = ConnectedApp._meta
+    return bool(user.has_perm(f"{opts.app_label}.{get_permission_codename('change', opts)}"))
+
+
+def confinement_context(application: Application | None, scopes: list[str], approver: Any, user: str) -> dict[str, Any]:
+    """The consent card's confinement line: the profile that will apply to the app's full-scope calls, and the
+    choice, for an approver who may make it."""
+    if application is None or SCOPE_ALL not in scopes:
+        return {}
+    current = confinement.app_confinement(application, approver.pk)
+    chooses = may_choose_confinement(approver)
+    return {
+        "confinement_field": CONFINEMENT_FIELD,
+        "confinement_current": current,
+        "confinement_line": confinement.choice_line(current, SCOPE_ALL, user),
+        "confinement_applied": confinement.applied(current),
+        "confinement_label": confinement.choice_label(current),
+        "confinement_note": confinement.enforcement_note(current, SCOPE_ALL),
+        "confinement_choices": confinement.form_choices(user) if chooses else [],
+    }
 
 
 def read_only_scope(scope: str) -> str:
@@ -156,6 +181,7 @@ class ConsentView(AuthorizationView):
             )
         user = agent_os_user()
         scopes = context.get("scopes") or []
+        context.update(confinement_context(application, scopes, self.request.user, user))
         context.update(
             redirect_host=redirect_host(redirect_uri),
             redirect_is_loopback=is_loopback(redirect_uri),
@@ -207,6 +233,9 @@ class ConsentView(AuthorizationView):
         application = Application.objects.filter(client_id=client_id).first()
         if application is None:
             return self.error_page("invalid_client", "This client is not registered here.", 400)
+        choice = self.request.POST.get(CONFINEMENT_FIELD)
+        if choice is not None and choice not in confinement.CHOICES:
+            return self.error_page("invalid_request", BAD_CONFINEMENT, 400)
         if self.request.POST.get(READ_ONLY_FIELD):
             # "Approve read-only instead": an approval, of the narrower scope.
             form.cleaned_data["allow"] = True
@@ -214,6 +243,12 @@ class ConsentView(AuthorizationView):
         response = super().form_valid(form)
         location = response.get("Location", "")
         query = dict(parse_qsl(urlsplit(location).query))
+        profile = {}
+        if "code" in query and SCOPE_ALL in form.cleaned_data.get("scope", "").split():
+            profile = {
+                "confinement": self.keep_confinement(application, choice),
+                "default": confinement.installation_default(),
+            }
         event(
             "oauth.consent",
             request_actor(self.request),
@@ -223,5 +258,16 @@ class ConsentView(AuthorizationView):
             redirect_host=redirect_host(form.cleaned_data.get("redirect_uri", "")),
             decision="approved" if form.cleaned_data.get("allow") else "denied",
             outcome="code issued" if "code" in query else query.get("error", "no redirect"),
+            **profile,
         )
         return response
+
+    def keep_confinement(self, application: Application, choice: str | None) -> str:
+        """The app's profile for the approver after this approval: the one chosen, if they may choose (the change
+        recorded by oauth.confinement), else the one it had (a new approval: the installation's default)."""
+        approver = self.request.user
+        if choice is not None and may_choose_confinement(approver):
+            confinement.change_app_confinement(application, approver, choice, request_actor(self.request))
+            return choice
+        row, _ = AppConfinement.objects.get_or_create(application=application, user_id=approver.pk)
+        return row.confinement

@@ -15,6 +15,8 @@ ENV_FILE=/etc/sandstorm-mcp.env
 STATE_DIR=/var/lib/sandstorm-mcp
 DAPHNE_SOCKET=/run/sandstorm-mcp/worker-1.sock
 EXECUTOR_SOCKET=/run/sandstorm-mcp-executor/executor.sock
+CADDY_ADMIN_SOCKET=/run/caddy/admin.sock
+WORKSPACE=/home/sandstorm-agent/workspace
 CADDY_CA=/var/lib/caddy/.local/share/caddy/pki/authorities/local/root.crt
 VENV_PY=/opt/sandstorm-mcp/venv/bin/python
 TIMERS=(backup cleartokens prune-clients prune-output audit-prune)
@@ -139,6 +141,81 @@ check_agent_locked_out() {
     seen="$(mcp exec "ls $STATE_DIR/ >/dev/null 2>&1 && echo LISTED $STATE_DIR; head -c 1 $ENV_FILE >/dev/null 2>&1 && echo READ $ENV_FILE; curl -s --max-time 5 --unix-socket $DAPHNE_SOCKET http://x/health >/dev/null && echo REACHED daphne; true")" || fail "$seen"
     [ -z "$seen" ] || fail "a tool command could: $seen"
     echo "$AGENT (shell and terminal_exec): no access to $STATE_DIR, $ENV_FILE, either socket; caddy connects"
+}
+
+# From a tool call (terminal_exec through Caddy, as an agent): each TARGET (tcp:HOST:PORT or unix:PATH) is
+# connected to; prints one line per target, "REACHED" for each that accepted.
+agent_connects() {
+    local probe
+    probe="$(cat <<'PY'
+import socket, sys
+for target in sys.argv[1:]:
+    kind, _, where = target.partition(":")
+    if kind == "tcp":
+        host, _, port = where.rpartition(":")
+        family, address = (socket.AF_INET6 if ":" in host else socket.AF_INET), (host, int(port))
+    else:
+        family, address = socket.AF_UNIX, where
+    with socket.socket(family) as probe:
+        probe.settimeout(5)
+        try:
+            probe.connect(address)
+        except OSError as error:
+            print(target, "not reached:", type(error).__name__)
+        else:
+            print(target, "REACHED")
+PY
+)"
+    mcp exec "python3 -c '$probe' $*"
+}
+
+# No local listener of the installation answers an agent: Caddy's admin API (not on TCP 2019; its socket, which
+# root reaches, not for the agent), Daphne's and the executor's sockets.
+check_agent_reaches_no_listener() {
+    local seen problems=""
+    seen="$(agent_connects tcp:127.0.0.1:2019 tcp:::1:2019 "unix:$CADDY_ADMIN_SOCKET" "unix:$EXECUTOR_SOCKET" \
+        "unix:$DAPHNE_SOCKET")" || fail "$seen"
+    printf '%s\n' "$seen" | sed 's/^/    agent: /'
+    grep -q REACHED <<<"$seen" && problems+="a tool call reached: $(grep REACHED <<<"$seen" | tr '\n' ' ')"
+    # The admin API is there for root (systemctl reload caddy uses it), on the socket alone.
+    [ -S "$CADDY_ADMIN_SOCKET" ] || problems+=" no admin socket $CADDY_ADMIN_SOCKET;"
+    [ "$(stat -c '%a %U' "$(dirname "$CADDY_ADMIN_SOCKET")" 2>&1)" = "700 caddy" ] ||
+        problems+=" $(dirname "$CADDY_ADMIN_SOCKET") is '$(stat -c '%a %U' "$(dirname "$CADDY_ADMIN_SOCKET")" 2>&1)', not '700 caddy';"
+    # (Caddy answers a request on its admin socket only with an empty Host.)
+    [ "$(curl -s -o /dev/null -w '%{http_code}' -H 'Host: ' --unix-socket "$CADDY_ADMIN_SOCKET" http://localhost/config/)" = 200 ] ||
+        problems+=" root cannot read Caddy's config on $CADDY_ADMIN_SOCKET;"
+    can_connect "$AGENT" "$CADDY_ADMIN_SOCKET" && problems+=" $AGENT can connect to $CADDY_ADMIN_SOCKET;"
+    # Nothing listens on port 2019 (07E3), on any address (state 0A: listening).
+    [ -z "$(awk '$2 ~ /:07E3$/ && $4 == "0A"' /proc/net/tcp /proc/net/tcp6)" ] || problems+=" something listens on port 2019;"
+    [ -z "$problems" ] || fail "$problems"
+    # Caddy still reloads (its admin API on the socket), twice, and serves the site throughout.
+    systemctl reload caddy.service || fail "systemctl reload caddy: $(journalctl -u caddy -n 5 --no-pager -o cat)"
+    systemctl reload caddy.service || fail "a second systemctl reload caddy: $(journalctl -u caddy -n 5 --no-pager -o cat)"
+    [ "$(https_status /health)" = 200 ] || fail "/health through Caddy after reloading it: $(https_status /health)"
+    echo "no listener reached from a tool call; Caddy's admin API on $CADDY_ADMIN_SOCKET (root: 200); reloaded twice, /health 200"
+}
+
+# What a tool call may write: the workspace, and a /tmp and /dev/shm of the executor's own (neither the host's nor the
+# server's); not /var/tmp (the state dir's file system), /run/lock, /etc or /usr.
+check_agent_writes_only_workspace() {
+    local mark="agent-mark-$RANDOM" seen expected problems="" dir server
+    # shellcheck disable=SC2016  # $d is the agent's shell's
+    seen="$(mcp exec 'for d in /tmp /dev/shm /var/tmp /run/lock /etc /usr '"$WORKSPACE"'; do if touch "$d/'"$mark"'" 2>/dev/null; then echo "$d writable"; else echo "$d read-only"; fi; done')" ||
+        fail "$seen"
+    printf '%s\n' "$seen" | sed 's/^/    agent: /'
+    expected="$(printf '%s\n' '/tmp writable' '/dev/shm writable' '/var/tmp read-only' '/run/lock read-only' \
+        '/etc read-only' '/usr read-only' "$WORKSPACE writable")"
+    [ "$seen" = "$expected" ] || problems+=" the agent's writable places differ from: $(tr '\n' ',' <<<"$expected");"
+    server="$(main_pid "$SERVICE.service")"
+    for dir in /tmp /dev/shm /var/tmp /run/lock; do
+        [ ! -e "$dir/$mark" ] || problems+=" the agent's $dir/$mark is in the host's $dir;"
+        nsenter -t "$server" -m test -e "$dir/$mark" && problems+=" the server sees the agent's $dir/$mark;"
+    done
+    # Private, not merely unwritable: a later call finds its own files there.
+    [ "$(mcp exec "cat /tmp/$mark /dev/shm/$mark && echo kept")" = kept ] || problems+=" a later call lost /tmp/$mark or /dev/shm/$mark;"
+    rm -f "$WORKSPACE/$mark"
+    [ -z "$problems" ] || fail "$problems"
+    echo "a tool call writes the workspace and a /tmp and /dev/shm of its own (not the host's, not the server's), not /var/tmp, /run/lock, /etc, /usr"
 }
 
 check_socket_activation() {
@@ -369,6 +446,15 @@ check_workers() {
     # Sessions through Caddy, open at once: new ones are spread over the workers, and every call of each reaches the
     # worker holding it (another worker would answer 404).
     sandstorm-manage create_token workers-test 2>/dev/null | tail -n 1 >"$STATE/token"
+    # From a tool call: neither Redis (its socket, Debian's port), nor worker 2, nor PostgreSQL (no TCP; on its
+    # socket, peer authentication refuses the agent the server's role).
+    local seen
+    seen="$(agent_connects unix:/run/sandstorm-mcp-redis/redis.sock tcp:127.0.0.1:6379 unix:/run/sandstorm-mcp/worker-2.sock \
+        "tcp:127.0.0.1:$port")" || fail "$seen"
+    grep -q REACHED <<<"$seen" && fail "a tool call reached: $seen"
+    seen="$(mcp exec "psql -h /run/postgresql -p $port -U sandstorm -d sandstorm -Atc 'SELECT 1' 2>&1; echo exit=\$?")" || fail "$seen"
+    [[ "$seen" == *"Peer authentication failed"*"exit=2" ]] || fail "psql as the server's role from a tool call: $seen"
+    echo "from a tool call: Redis, worker 2 and PostgreSQL's port not reached; its socket refuses the server's role"
     local tags
     tags="$(mcp sessions 4)" || fail "sessions through Caddy: $tags $(workers_log_problems)"
     [[ " $tags " == *" w1 "* && " $tags " == *" w2 "* ]] || fail "4 sessions through Caddy, not on both workers: $tags"

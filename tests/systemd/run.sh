@@ -7,8 +7,9 @@
 #
 # SANDSTORM_UPGRADE_FROM=REV upgrades from REV instead of HEAD~1 (e.g. the released version).
 # Needs root, debootstrap, systemd-container, and ports 80, 443 and 2019 free: the container shares the host's
-# network (it downloads packages), so its Caddy listens on the host's ports. The container is always powered off
-# and the overlay removed, also when a check fails or the run is interrupted. The last line is the summary.
+# network (it downloads packages), so its Caddy listens on the host's ports (an older Caddyfile's admin API on
+# 2019 too; a check proves nothing listens there once installed). The container is always powered off and the
+# overlay removed, also when a check fails or the run is interrupted. The last line is the summary.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -54,7 +55,7 @@ preflight() {
     local busy
     busy="$(ss -Hltnp '( sport = :80 or sport = :443 or sport = :2019 )')"
     if [ -n "$busy" ]; then
-        log "ports 80, 443 or 2019 are taken on this host (the container's Caddy needs them):"
+        log "ports 80, 443 or 2019 are taken on this host (the container's Caddy needs them, or checks 2019 is free):"
         printf '%s\n' "$busy"
         return 1
     fi
@@ -219,6 +220,8 @@ main() {
     check health_through_caddy
     check mcp_exec_as_agent
     check agent_locked_out
+    check agent_reaches_no_listener
+    check agent_writes_only_workspace
     check second_install_changes_nothing
     check socket_activation
     check server_restart_refuses_nothing
@@ -233,6 +236,8 @@ main() {
     check units_active
     check health_through_caddy
     check mcp_exec_as_agent
+    check agent_reaches_no_listener
+    check agent_writes_only_workspace
     check workers
 }
 

@@ -11,6 +11,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
+from mcpserver.executor import landlock
 from mcpserver.start_check import add_accept_argument, run_before_start
 from oauth.claude_code import claude_code_line
 from oauth.models import BearerToken
@@ -87,10 +88,7 @@ class Command(BaseCommand):
         write(f"  MCP URL:    {settings.MCP_RESOURCE_URL}")
         write(f"  Workspace:  {settings.WORKSPACE_ROOT}")
         if not settings.EXECUTOR_SOCKET:
-            user = pwd.getpwuid(os.getuid()).pw_name
-            write(
-                f"  Tools run:  as '{user}', the server's own OS user: agents can read its keys (README, Security model)"
-            )
+            write(f"  Tools run:  {development_confinement(pwd.getpwuid(os.getuid()).pw_name)}")
         require = (
             "required of every staff user"
             if settings.REQUIRE_SECOND_FACTOR
@@ -106,3 +104,30 @@ class Command(BaseCommand):
         write("Connect Claude Code (for all your projects; it replaces an earlier 'sandstorm' entry):")
         write(f"  {claude_code_line(settings.MCP_RESOURCE_URL, shown)}")
         write("")
+
+
+def development_confinement(user: str) -> str:
+    """The banner's line on who runs the tools in development, and whether the kernel keeps them in the workspace."""
+    own = f"as '{user}', the server's own OS user"
+    if settings.CONFINEMENT_DEFAULT == "host":
+        return f"{own}, profile 'host' (SANDSTORM_CONFINEMENT): agents can read its keys (README, Security model)"
+    why_not = kernel_refusal()
+    if why_not is None:
+        return (
+            f"{own}, confined to the workspace by default (profile 'workspace', kernel-enforced): agents cannot "
+            "read the server's keys or edit its code"
+        )
+    if settings.CONFINEMENT_DEFAULT_CHOSEN:
+        return f"{own}; profile 'workspace' cannot be enforced here ({why_not}): such calls are refused"
+    return f"{own}, unconfined: {why_not}; agents can read its keys (README, Security model)"
+
+
+def kernel_refusal() -> str | None:
+    """Why this kernel cannot confine tools (the executor runs on the same kernel), or None if it can."""
+    if settings.KERNEL_CONFINEMENT == "off":
+        return "kernel confinement turned off (SANDSTORM_KERNEL_CONFINEMENT=off)"
+    try:
+        landlock.abi_version()
+    except landlock.LandlockUnavailable as error:
+        return str(error)
+    return None

@@ -15,8 +15,8 @@ from mcpserver.services import build_executor
 
 class Command(BaseCommand):
     help = (
-        "Delete saved command output under <workspace>/.sandstorm/output/ older than 7 days, then the oldest files "
-        "until the directory is within its budget (SANDSTORM_OUTPUT_MAX_BYTES), or within --max-bytes. When the "
+        "Delete saved command output (in the executor's own directory, SANDSTORM_OUTPUT_DIR) older than 7 days, "
+        "then the oldest files until the directory is within its budget (SANDSTORM_OUTPUT_MAX_BYTES), or within --max-bytes. When the "
         "budget is full, new output is not saved until room is freed. Done by the executor (the workspace's "
         "owner). Safe to re-run."
     )

@@ -1,6 +1,7 @@
 // The console's live view over one WebSocket (mcpserver/console_socket.py): approval cards on every console page,
 // and on the Live page (/admin/live/) the running calls with their output, the background commands and their Stop
-// buttons. Everything shown comes from agents and their clients: it is set with textContent, never as HTML.
+// buttons. Everything shown comes from agents and their clients: it is set with textContent, never as HTML, and with
+// every control and format character spelled out (visible(), as audit/visible.py does on the server's pages).
 //
 // Messages are merged into `incoming` as they arrive and drawn once per animation frame, so a burst of calls or a
 // command printing fast costs one DOM update per frame, and a hidden tab holds a bounded amount of it.
@@ -15,6 +16,8 @@
   const BACKOFF_MAX_MS = 30000;
   const CLOSE_REFUSED = 4403;
   const MAX_GRANT_MINUTES = 1440;
+  const CORNER_LINES = 12; // a longer command is not decided in the corner of a page: the Live page shows it whole
+  const CORNER_CHARS = 1200;
 
   document.addEventListener("DOMContentLoaded", () => {
     const live = document.getElementById("live-page");
@@ -22,10 +25,36 @@
     new Connection(script.dataset.socket, Boolean(live), view).open();
   });
 
+  // The characters audit/visible.py spells out, in the same two classes (C0 but tab, newline and CR, DEL and C1; the
+  // format characters, Cf), with the browser's own Cf set added: U+202E would reverse the text after it, U+200B hide
+  // in it, ESC and a lone CR pose as a terminal's doing. A CR before a newline lays out text and stays.
+  const HIDDEN =
+    /[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\u{110bd}\u{110cd}\u{13430}-\u{1343f}\u{1bca0}-\u{1bca3}\u{1d173}-\u{1d17a}\u{e0001}\u{e0020}-\u{e007f}\p{Cf}]|\r(?!\n)/gu;
+  // The mark the audit log leaves where it cut a long value (audit/excerpt.py): in a command, or in the JSON of
+  // other arguments. An agent could write one itself: the card then warns of a cut that is not there, never the reverse.
+  const CUT_MARK = /\[\.\.\. (\d+) bytes not kept; sha256 of the whole: [0-9a-f]{64} \.\.\.\]/g;
+
+  function visible(text) {
+    return String(text).replace(HIDDEN, (hidden) => {
+      const code = hidden.codePointAt(0).toString(16).toUpperCase().padStart(4, "0");
+      return `\u27eaU+${code}\u27eb`;
+    });
+  }
+
+  function hiddenCount(text) {
+    return (String(text).match(HIDDEN) || []).length;
+  }
+
+  function bytesCut(text) {
+    let bytes = 0;
+    for (const found of String(text).matchAll(CUT_MARK)) bytes += Number(found[1]);
+    return bytes;
+  }
+
   function el(tag, className, text) {
     const node = document.createElement(tag);
     if (className) node.className = className;
-    if (text !== undefined && text !== null) node.textContent = String(text);
+    if (text !== undefined && text !== null) node.textContent = visible(text);
     return node;
   }
 
@@ -122,6 +151,7 @@
         document.body.appendChild(this.cardBox);
       }
       this.navLink = document.getElementById("nav-live");
+      this.liveUrl = this.navLink ? this.navLink.getAttribute("href") : "/admin/live/";
       this.reset();
       setInterval(() => this.tick(), 1000);
     }
@@ -308,7 +338,7 @@
         stop.addEventListener("click", () => {
           stop.disabled = true;
           this.send({ action: "stop_background", id: job.id }, (result) => {
-            said.textContent = result.message;
+            said.textContent = visible(result.message);
             said.dataset.ok = result.ok;
             if (!result.ok) stop.disabled = false;
           });
@@ -344,7 +374,8 @@
         if (value) who.append(el("dt", "", term), el("dd", "", value));
       }
       root.append(who);
-      root.append(el("pre", "approval-command", approval.summary));
+      const whole = Boolean(view.live) || fitsTheCorner(approval.summary);
+      root.append(...this.command(approval, whole));
 
       const where = el("dl", "approval-where");
       if (approval.cwd) where.append(el("dt", "", "Directory"), el("dd", "approval-cwd", approval.cwd));
@@ -379,11 +410,42 @@
 
       const actions = el("div", "approval-actions");
       actions.append(once, grantRow, denyRow);
-      root.append(actions);
+      if (whole) root.append(actions);
       this.said = el("p", "approval-said");
       this.said.setAttribute("role", "status");
       root.append(this.said);
       this.update(approval);
+    }
+
+    // The command in full, wrapped, the card growing to hold it; above it, what it hid and what the audit log cut.
+    // In the corner of a page, a command too long to read there is shown in part, with the way to the Live page.
+    command(approval, whole) {
+      const summary = String(approval.summary);
+      const shown = [];
+      const hidden = hiddenCount(summary);
+      if (hidden) {
+        const what = hidden === 1 ? "1 hidden character" : `${hidden} hidden characters`;
+        const text = `This command contains ${what}, shown as \u27eaU+\u2026\u27eb.`;
+        shown.push(el("p", "approval-warning approval-hidden", text));
+      }
+      const cut = bytesCut(summary);
+      if (cut) {
+        const text =
+          `Cut: ${cut} bytes of the middle are not shown (the audit log keeps the start and the end); ` +
+          "approving runs the whole call.";
+        shown.push(el("p", "approval-warning approval-cut", text));
+      }
+      if (whole) return [...shown, el("pre", "approval-command", summary)];
+      const lines = summary.split("\n");
+      const start = lines.slice(0, CORNER_LINES).join("\n").slice(0, CORNER_CHARS);
+      shown.push(el("pre", "approval-command approval-command-part", start));
+      const rest = lines.length > CORNER_LINES ? `${lines.length - CORNER_LINES} more lines` : "The rest";
+      const more = el("p", "approval-warning approval-more", `${rest} not shown here: `);
+      const link = el("a", "approval-open", `read ${approval.label} whole on the Live page to decide it`);
+      link.href = `${this.view.liveUrl}?request=${encodeURIComponent(approval.id)}`;
+      more.append(link);
+      shown.push(more);
+      return shown;
     }
 
     button(label, className, action) {
@@ -407,7 +469,7 @@
     }
 
     say(ok, text) {
-      this.said.textContent = text;
+      this.said.textContent = visible(text);
       this.said.dataset.ok = ok;
     }
 
@@ -440,12 +502,18 @@
     }
   }
 
+  function fitsTheCorner(summary) {
+    const text = String(summary);
+    return text.length <= CORNER_CHARS && text.split("\n").length <= CORNER_LINES && !bytesCut(text);
+  }
+
   // --- one running call (the Live page) ------------------------------------------------------------------------
 
   class CallRow {
     constructor(call, view) {
       this.view = view;
       this.length = 0;
+      this.carried = "";
       this.began = performance.now() - (call.elapsed || 0) * 1000;
       const root = el("article", "live-call");
       root.dataset.callId = call.call_id;
@@ -463,7 +531,7 @@
       this.stop.addEventListener("click", () => {
         this.stop.disabled = true;
         view.send({ action: "stop", call_id: call.call_id }, (result) => {
-          this.said.textContent = result.message;
+          this.said.textContent = visible(result.message);
           this.said.dataset.ok = result.ok;
           if (!result.ok) this.stop.disabled = false;
         });
@@ -487,7 +555,11 @@
       this.state.dataset.state = call.state;
     }
 
-    append(text) {
+    append(raw, last = false) {
+      // A CR that ends a chunk may start the next one's CRLF: it is spelled out (or not) once that chunk comes.
+      let text = this.carried + raw;
+      this.carried = !last && text.endsWith("\r") ? "\r" : "";
+      text = visible(this.carried ? text.slice(0, -1) : text);
       const output = this.output;
       const atBottom = output.scrollTop + output.clientHeight >= output.scrollHeight - 4;
       if (this.length + text.length > OUTPUT_LIMIT) {
@@ -506,6 +578,7 @@
     }
 
     end(outcome) {
+      if (this.carried) this.append("", true); // no CRLF came: the CR was alone
       this.endedAs = outcome;
       this.root.classList.add("live-call-ended");
       this.state.textContent = `ended: ${outcome}`;
