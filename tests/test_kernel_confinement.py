@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from mcpserver.executor import confinement, landlock
+from mcpserver.executor import confinement, landlock, sandbox_rules
 from mcpserver.executor.confinement import HOST, PROBE, READ, WORKSPACE
 from mcpserver.executor.interface import ToolFailure
 from mcpserver.executor.local import LocalExecutor
@@ -83,12 +83,12 @@ def test_readable_except_covers_everything_but_the_hidden_trees(tmp_path: Path) 
     (project / "workspace").mkdir()
     (project / "README").write_text("x")
     (tmp_path / "sibling").mkdir()
-    allowed = confinement.readable_except([str(project / "state")])
+    allowed = sandbox_rules.readable_except([str(project / "state")])
     assert str(project / "state") not in allowed
     assert str(project) not in allowed and str(tmp_path) not in allowed  # ancestors: only their other entries
     assert {str(project / "workspace"), str(project / "README"), str(tmp_path / "sibling")} <= set(allowed)
     assert "/usr" in allowed and "/etc" in allowed
-    assert confinement.readable_except([]) == ["/"]
+    assert sandbox_rules.readable_except([]) == ["/"]
 
 
 def test_profile_for_reads_whatever_the_server_asked() -> None:
