@@ -88,6 +88,14 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     if hop:
         add("hop", "executor hop (file_read 1 KB, socket − in-process median)", hop["hop_median_ms"], f"< {HOP_LIMIT_MS} ms",
             hop["hop_median_ms"] < HOP_LIMIT_MS)  # fmt: skip
+    confined = results.get("confinement")
+    if confined:
+        for key, what in (
+            ("terminal_exec_true", "terminal_exec true, `workspace` credential / `host` credential (medians)"),
+            ("git_status", "git status in the read sandbox / unconfined (medians)"),
+        ):
+            case = confined[key]
+            add(f"confinement_{key}", what, case["ratio"], f"≤ {confined['limit']}x", case["within_limit"])
     for name, case in results.get("throughput", {}).items():
         growth = case.get("peak_growth_mb")
         add(f"memory_{name}", f"peak memory growth, {case['label']}", growth, f"< {MEMORY_LIMIT_MB} MB",

@@ -218,6 +218,33 @@ check_agent_writes_only_workspace() {
     echo "a tool call writes the workspace and a /tmp and /dev/shm of its own (not the host's, not the server's), not /var/tmp, /run/lock, /etc, /usr"
 }
 
+# Kernel confinement in production: /health says the read sandbox and the `workspace` profile are in force, the
+# installation's default stays `host`, and a token set to `workspace` writes only in the workspace and gains no
+# privileges (the shim says so), through Caddy as an agent would.
+check_confinement_in_production() {
+    local body="$STATE/health.json" states seen
+    https_status /health "$body" >/dev/null
+    states="$(python3 -c 'import json, sys; c = json.load(open(sys.argv[1]))["executor"]["confinement"]; print(c["read"], "|", c["workspace"], "|", c["default_profile"])' "$body")"
+    if [ "$states" != "enforced | enforced | host" ]; then
+        case "$states" in
+            *"no Landlock"* | *"turned off"*) echo "this kernel cannot confine: $states"; exit 77 ;;
+        esac
+        fail "/health says read | workspace | default: '$states', not 'enforced | enforced | host'"
+    fi
+    echo "/health: read sandbox and workspace profile enforced; default profile host"
+    sandstorm-manage create_token confined-test --confinement workspace 2>/dev/null | tail -n 1 >"$STATE/confined-token"
+    [ -s "$STATE/confined-token" ] || fail "create_token --confinement workspace printed no token"
+    # shellcheck disable=SC2016  # $HOME is the agent's shell's
+    seen="$("$VENV_PY" "$HERE/mcp_check.py" "$DOMAIN" "$CADDY_CA" "$STATE/confined-token" exec \
+        'echo x > "$HOME/confined-mark" 2>/dev/null && echo home-written; sudo -n true 2>&1 | head -n 1; echo y > '"$WORKSPACE"'/confined-mark && echo workspace-written')" ||
+        fail "$seen"
+    rm -f "$WORKSPACE/confined-mark"
+    case "$seen" in *home-written*) fail "a workspace-confined call wrote its home: $seen" ;; esac
+    case "$seen" in *"this credential is confined to its workspace"*) ;; *) fail "sudo did not say the credential is confined: $seen" ;; esac
+    case "$seen" in *workspace-written*) ;; *) fail "a workspace-confined call could not write the workspace: $seen" ;; esac
+    echo "a workspace-confined token writes the workspace, not its home; sudo says it is confined"
+}
+
 check_socket_activation() {
     systemctl stop "$EXECUTOR.service"
     systemctl is-active --quiet "$EXECUTOR.service" && fail "$EXECUTOR.service still active after stop"

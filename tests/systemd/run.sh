@@ -222,6 +222,7 @@ main() {
     check agent_locked_out
     check agent_reaches_no_listener
     check agent_writes_only_workspace
+    check confinement_in_production
     check second_install_changes_nothing
     check socket_activation
     check server_restart_refuses_nothing
