@@ -135,3 +135,23 @@ def test_the_home_page_makes_a_bounded_number_of_queries(home: Client) -> None:
     with CaptureQueriesContext(connection) as queries:
         assert home.get("/admin/").status_code == 200
     assert len(queries) < 25, [query["sql"] for query in queries]
+
+
+def test_the_home_page_says_which_kernel_protections_are_in_force(
+    home: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(agent_identity, "_confinement", None)
+    executor = section(home.get("/admin/").content.decode(), "status-executor")
+    assert "the executor has not said yet" in executor
+    enforced = {"landlock_abi": 7, "profiles": {"read": "enforced", "workspace": "enforced"}}
+    agent_identity.remember_agent_user("sandstorm-agent", enforced)
+    executor = section(home.get("/admin/").content.decode(), "status-executor")
+    assert "Landlock ABI 7" in executor and executor.count("enforced") == 2
+    assert re.search(r'id="default-profile">workspace<', executor)  # development's default, enforceable here
+    why = "this kernel (5.4) has no Landlock (Linux 5.13 or newer has)"
+    agent_identity.remember_agent_user(
+        "sandstorm-agent", {"landlock_abi": None, "profiles": {"read": why, "workspace": why}}
+    )
+    executor = section(home.get("/admin/").content.decode(), "status-executor")
+    assert "not enforced" in executor and why in executor
+    assert re.search(r'id="default-profile">host<', executor) and "unconfined" in executor  # the fallback, said
