@@ -15,7 +15,7 @@ from typing import Any
 import psutil
 import pytest
 
-from mcpserver.executor import jobs
+from mcpserver.executor import jobfiles, jobprocesses, jobs
 from mcpserver.executor.interface import BackgroundStart, ToolFailure
 from mcpserver.executor.local import LocalExecutor
 from mcpserver.executor.processes import read_start_ticks
@@ -216,7 +216,7 @@ async def test_the_state_file_is_the_hosts_json_lines_the_last_one_current(execu
 def test_a_state_is_the_last_whole_line(tmp_path: Path, written: str, state: str) -> None:
     path = tmp_path / "bg.state"
     path.write_text(written)
-    assert jobs._read_state(path)["state"] == state
+    assert jobfiles.read_state(path)["state"] == state
 
 
 async def test_an_unknown_mode_is_refused(executor: LocalExecutor) -> None:
@@ -236,7 +236,7 @@ async def test_a_wait_ends_when_the_command_waits_for_input(executor: LocalExecu
 
 
 async def test_a_prompt_the_host_writes_late_is_in_the_answer_that_says_waiting(tmp_path: Path) -> None:
-    files = jobs.JobFiles(tmp_path, "bg-20261206-000000-00000000")
+    files = jobfiles.JobFiles(tmp_path, "bg-20261206-000000-00000000")
     files.log.write_bytes(b"")
 
     async def host_writes_the_prompt() -> None:
@@ -278,7 +278,7 @@ async def test_a_password_prompt_of_another_users_program_shows_as_waiting_by_it
     executor: LocalExecutor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # sudo's /proc entries are root's: stand in for one by making no process readable, so only the terminal tells.
-    monkeypatch.setattr(jobs, "_reads_from", lambda pid, target: False)
+    monkeypatch.setattr(jobprocesses, "reads_from", lambda pid, target: False)
     job = await executor.start_background("read -p 'Name: ' name; read -s -p 'Password: ' pw; echo ok", None, "pty")
     end = time.monotonic() + DEADLINE
     while "Name: " not in (await output(executor, job))["output"] and time.monotonic() < end:

@@ -312,10 +312,10 @@ class GitOps:
         return await self._noted(pushing, command, notes, NETWORK_TIMEOUT, "Pushed")
 
     async def _checked_out_branch(self, repo: Repository) -> str:
-        result = await self._run(repo.cwd, ["symbolic-ref", "--quiet", "--short", "HEAD"], env=repo.env)
-        if result.exit_code != 0:
+        branch = await self._branch_name(repo)
+        if branch is None:
             raise ToolFailure("Error: no branch is checked out (HEAD is detached); name the branch to push")
-        return result.stdout.strip()
+        return branch
 
     async def git_pull(self, remote: str | None, branch: str | None, path: str | None) -> str:
         repo = await self._repository(path)

@@ -18,28 +18,32 @@ import contextlib
 import errno
 import json
 import os
-import platform
-import re
 import signal
 import stat
 import sys
-import termios
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mcpserver.executor import confinement, jobhost
+from mcpserver.executor import confinement, jobhost, jobprocesses
 from mcpserver.executor.capture import spill_stem, trim_incomplete_end, trim_incomplete_start
 from mcpserver.executor.interface import BackgroundStart, ToolFailure
-from mcpserver.executor.processes import KILL_WAIT, TERM_GRACE, TOO_MANY_TASKS, read_start_ticks
+from mcpserver.executor.jobfiles import (
+    JOB_LOG,
+    MODES,
+    SAVED_OUTPUT,
+    JobFiles,
+    log_size,
+    open_job_files,
+    read_state,
+)
+from mcpserver.executor.processes import KILL_WAIT, TERM_GRACE, TOO_MANY_TASKS
 from mcpserver.executor.savedoutput import SavedOutput
 from mcpserver.executor.spawn import spawn
 from mcpserver.executor.textsize import json_size
 
 BACKGROUND_LOG_CAP = 64 * 1024 * 1024
-MODES = ("none", "stdin", "pty")
 HOST_START_TIMEOUT = 10.0
 POLL_INTERVAL = 0.01  # seconds between looks at a followed log: the wake-up latency of terminal_output's wait
 INPUT_LOOK_EVERY = 25  # polls: a wait looks through /proc for a reader of the job's input every 250 ms
@@ -47,124 +51,6 @@ PROMPT_SETTLE = (3, 0.5)  # a log the same size over 3 polls (at most 0.5 s) hol
 INPUT_TIMEOUT = 5.0  # how long terminal_input waits for a command that does not read what it was sent
 INPUT_FRAME = 64 * 1024
 END_POLL = 0.05  # seconds between looks for what is left of a job being ended
-JOB_LOG = re.compile(r"bg-\d{8}-\d{6}-[0-9a-f]{8}\.log")
-SAVED_OUTPUT = re.compile(r"[a-z]+-\d{8}-\d{6}-[0-9a-f]{32}\.(stdout|stderr)\.log")  # processes.run_process's
-READ_SYSCALL = {"x86_64": 0, "aarch64": 63}.get(platform.machine())
-TTY_READ_WCHANS = frozenset({"n_tty_read", "wait_woken"})
-PIPE_READ_WCHANS = frozenset({"pipe_read", "anon_pipe_read", "pipe_wait"})
-
-
-@dataclass(frozen=True)
-class JobFiles:
-    directory: Path
-    stem: str
-
-    @property
-    def log(self) -> Path:
-        return self.directory / f"{self.stem}.log"
-
-    @property
-    def state(self) -> Path:
-        return self.directory / f"{self.stem}.state"
-
-    @property
-    def fifo(self) -> Path:
-        return self.directory / f"{self.stem}.in"
-
-
-def _alive(pid: int, ticks: int) -> bool:
-    return pid > 0 and read_start_ticks(pid) == ticks
-
-
-def _session_members(session: int) -> list[int]:
-    """The processes of `session` (field 6 of /proc/<pid>/stat): a job's command and all it started there."""
-    members = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as stat_file:
-                text = stat_file.read().decode("ascii", errors="replace")
-        except OSError:
-            continue
-        fields = text[text.rfind(")") + 1 :].split()
-        if len(fields) > 3 and fields[3] == str(session):
-            members.append(int(entry.name))
-    return members
-
-
-def _parents() -> dict[int, list[int]]:
-    """Each process's children, from field 4 of /proc/<pid>/stat; zombies (ended, to be reaped) left out."""
-    children: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as stat_file:
-                text = stat_file.read().decode("ascii", errors="replace")
-        except OSError:
-            continue
-        fields = text[text.rfind(")") + 1 :].split()
-        if len(fields) > 1 and fields[0] != "Z":
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-    return children
-
-
-def _descendants(root: int) -> list[int]:
-    """Every live process below `root`: for a job host (a subreaper), all that its command started, even in
-    sessions of their own."""
-    children, found, todo = _parents(), [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _kill(pid: int, signum: int, group: bool = False) -> bool:
-    """Whether the signal was sent; a process gone meanwhile, or not ours to signal (sudo's), is not an error."""
-    try:
-        (os.killpg if group else os.kill)(pid, signum)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
-
-
-def _reads_from(pid: int, target: str) -> bool:
-    """Whether `pid` sleeps in a read of `target` (the job's terminal, or its stdin pipe).
-
-    /proc/<pid>/syscall names the call and its descriptor; where it cannot be read (a process of another user,
-    such as sudo), the kernel function it sleeps in, with its stdin being `target`, stands in.
-    """
-    try:
-        fields = Path(f"/proc/{pid}/syscall").read_text().split()
-        if READ_SYSCALL is not None and fields and fields[0] == str(READ_SYSCALL):
-            return os.readlink(f"/proc/{pid}/fd/{int(fields[1], 16)}") == target
-        if fields and fields[0] != "running":
-            return False
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        wchan = Path(f"/proc/{pid}/wchan").read_text().strip()
-        reading = TTY_READ_WCHANS if target.startswith("/dev/") else PIPE_READ_WCHANS
-        return wchan in reading and os.readlink(f"/proc/{pid}/fd/0") == target
-    except OSError:
-        return False
-
-
-def _echo_off(tty: str) -> bool:
-    """Whether the job's terminal has echo turned off, as a password prompt does it (sudo, ssh, passwd): the sign
-    that is left when the prompting program runs as another user, whose /proc entries cannot be read."""
-    try:
-        fd = os.open(tty, os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        return not termios.tcgetattr(fd)[3] & termios.ECHO
-    except termios.error:
-        return False
-    finally:
-        os.close(fd)
 
 
 class JobOps:
@@ -187,7 +73,7 @@ class JobOps:
         if not log_cap:
             raise ToolFailure(f"Error: not started: there is no room for its log: {self.saved_output.full_message()}")
         files = JobFiles(self.saved_output.create(), spill_stem("bg"))
-        fds = _open_job_files(files, mode)
+        fds = open_job_files(files, mode)
         spec = {
             "command": command,
             "mode": mode,
@@ -239,22 +125,22 @@ class JobOps:
 
     def _state(self, files: JobFiles, pid: int, ticks: int) -> dict[str, Any]:
         """What the host last wrote, checked against the processes: a host gone without an exit is `lost`."""
-        state = _read_state(files.state)
+        state = read_state(files.state)
         if state.get("state") in ("exited", "killed"):
             if state.get("mode", "none") != "none" and files.directory == self.saved_output.directory:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(files.fifo)  # the host closed it at the end; the name is ours to remove
             return state
-        host_alive = _alive(state.get("host_pid", 0), state.get("host_ticks", -1))
+        host_alive = jobprocesses.alive(state.get("host_pid", 0), state.get("host_ticks", -1))
         if state and host_alive:
             return state
-        if _alive(pid, ticks):
+        if jobprocesses.alive(pid, ticks):
             return {**state, "state": "running"}
         return {**state, "state": "lost"}
 
     def _describe(self, files: JobFiles, pid: int, ticks: int, look_for_input: bool = True) -> dict[str, Any]:
         state = self._state(files, pid, ticks)
-        size = _log_size(files)
+        size = log_size(files)
         target = state.get("stdin_target") or ""
         waiting = state["state"] == "running" and bool(target) and look_for_input and self._waits_for_input(pid, target)
         return {
@@ -269,9 +155,9 @@ class JobOps:
 
     @staticmethod
     def _waits_for_input(session: int, target: str) -> bool:
-        if any(_reads_from(member, target) for member in _session_members(session)):
+        if any(jobprocesses.reads_from(member, target) for member in jobprocesses.session_members(session)):
             return True
-        return target.startswith("/dev/") and _echo_off(target)
+        return target.startswith("/dev/") and jobprocesses.echo_off(target)
 
     async def job_output(
         self,
@@ -326,7 +212,7 @@ class JobOps:
         deadline, same = time.monotonic() + limit, 0
         while same < steady and time.monotonic() < deadline:
             await asyncio.sleep(POLL_INTERVAL)
-            now = _log_size(files)
+            now = log_size(files)
             same, size = (same + 1, size) if now == size else (0, now)
         return size
 
@@ -354,7 +240,7 @@ class JobOps:
         if not SAVED_OUTPUT.fullmatch(name):
             raise ToolFailure(f"Error: {name!r} is not the name of a command's saved output")
         files = JobFiles(self.saved_output.directory, name.removesuffix(".log"))
-        size = _log_size(files)
+        size = log_size(files)
         if not size and not files.log.exists():
             raise ToolFailure(f"Error: no saved output {name} (files go after 7 days, or an administrator pruned it)")
         start = max(0, size - tail) if tail is not None else offset or 0
@@ -399,16 +285,16 @@ class JobOps:
 
     def _job_processes(self, files: JobFiles, pid: int, start_ticks: int) -> tuple[bool, list[int]]:
         """Whether the command still runs, and the live processes below its host (if the host still runs)."""
-        state = _read_state(files.state)
+        state = read_state(files.state)
         host, host_ticks = state.get("host_pid", 0), state.get("host_ticks", -1)
-        below = _descendants(host) if _alive(host, host_ticks) else []
-        return _alive(pid, start_ticks), below
+        below = jobprocesses.descendants(host) if jobprocesses.alive(host, host_ticks) else []
+        return jobprocesses.alive(pid, start_ticks), below
 
     def _signal_job(self, files: JobFiles, pid: int, start_ticks: int, signum: int) -> int:
         """Signal the command's group (while the command runs) and each process below the host: how many got it."""
         command, below = self._job_processes(files, pid, start_ticks)
-        sent = int(command and _kill(pid, signum, group=True))
-        return sent + sum(_kill(member, signum) for member in below)
+        sent = int(command and jobprocesses.send_signal(pid, signum, group=True))
+        return sent + sum(jobprocesses.send_signal(member, signum) for member in below)
 
     async def _until_ended(
         self, files: JobFiles, pid: int, start_ticks: int, limit: float, signum: signal.Signals | None
@@ -479,69 +365,6 @@ def _fit(data: bytes, budget: int, whole: bool) -> bytes:
     while data and (size := json_size(data.decode(errors="replace"))) > budget:
         data = trim_incomplete_end(data[: min(len(data) - 1, len(data) * budget // size)])
     return data
-
-
-# What a state file may hold, and of which type: a job of an unconfined credential (or one from before the files left
-# the workspace) could have written anything there.
-STATE_FIELDS: dict[str, type | tuple[type, ...]] = {
-    "state": str, "pid": int, "start_ticks": int, "host_pid": int, "host_ticks": int, "mode": str,
-    "stdin_target": str, "exit_code": int, "signal": int, "ended": (int, float),
-}  # fmt: skip
-STATES = frozenset({"running", "exited", "killed"})
-
-
-def _open_job_files(files: JobFiles, mode: str) -> dict[str, int]:
-    """Create the job's log, state file and (with input) FIFO, each new, and open them for the host to inherit."""
-    flags = os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    opened: dict[str, int] = {"log_fd": -1, "state_fd": -1, "fifo_fd": -1}
-    try:
-        opened["log_fd"] = os.open(files.log, flags | os.O_WRONLY, 0o600)
-        opened["state_fd"] = os.open(files.state, flags | os.O_WRONLY | os.O_APPEND, 0o600)
-        if mode != "none":
-            os.mkfifo(files.fifo, 0o600)
-            # Read and write, non-blocking: it opens without a writer, and never reads as ended between writers.
-            opened["fifo_fd"] = os.open(files.fifo, os.O_RDWR | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        for fd in opened.values():
-            if fd >= 0:
-                os.close(fd)
-        raise
-    return opened
-
-
-def _log_size(files: JobFiles) -> int:
-    try:
-        return os.stat(files.log, follow_symlinks=False).st_size
-    except FileNotFoundError:
-        return 0
-
-
-def _last_state(data: bytes) -> bytes:
-    """The last whole line the host appended (a line still being written is not one yet); a state file of an older
-    host is one JSON object, replaced whole, without a newline."""
-    if b"\n" not in data:
-        return data
-    return data[: data.rindex(b"\n")].rsplit(b"\n", 1)[-1]
-
-
-def _read_state(path: Path) -> dict[str, Any]:
-    """The fields of a job's state file that have the type they should; {} for none (no file: a command started
-    before job hosts, or one whose files were pruned)."""
-    try:
-        with open(path, "rb") as state_file:
-            found = json.loads(_last_state(state_file.read(1 << 20)))
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(found, dict):
-        return {}
-    state = {
-        key: value
-        for key, value in found.items()
-        if key in STATE_FIELDS and isinstance(value, STATE_FIELDS[key]) and not isinstance(value, bool)
-    }
-    if state.get("state") not in STATES or state.get("mode", "none") not in MODES:
-        return {}
-    return state
 
 
 def _pieces(data: bytes, size: int) -> list[bytes]:
