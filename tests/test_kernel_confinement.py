@@ -311,3 +311,39 @@ def test_an_entry_made_beside_a_hidden_tree_after_the_start_is_readable(places: 
     (later / "f.txt").write_text("later\n")
     assert sh(WORKSPACE, f"cat {later}/f.txt", places["workspace"]).stdout == "later\n"
     assert "the server's key" not in sh(WORKSPACE, f"cat {places['state']}/secret_key", places["workspace"]).stdout
+
+
+def test_the_service_runs_every_read_operation_in_the_read_sandbox_whatever_the_server_asked(tmp_path: Path) -> None:
+    """The executor's service sets the profile per request: a read operation gets `read` even when the server sent
+    `host` (a full credential set to host), and an operation that writes gets what the server sent."""
+    from mcpserver.executor.service import ExecutorService
+
+    executor = LocalExecutor(str(tmp_path))
+    seen: list[str] = []
+
+    async def note(*_args: object, **_kwargs: object) -> str:
+        seen.append(confinement.PROFILE.get())
+        return ""
+
+    for operation in ("git_status", "grep", "run_command"):
+        setattr(executor, operation, note)
+    service = ExecutorService(executor, os.getuid())
+
+    async def ask(op: str, requested: str | None) -> dict[str, object]:
+        request: dict[str, object] = {"op": op, "args": {}}
+        if requested is not None:
+            request["confinement"] = requested
+        return await service._result(request, None)  # type: ignore[arg-type]  # no stream: run_command's listener off
+
+    async def asks() -> list[dict[str, object]]:
+        return [
+            await ask("git_status", HOST),
+            await ask("grep", WORKSPACE),
+            await ask("run_command", WORKSPACE),
+            await ask("run_command", None),
+            await ask("run_command", "probe"),
+        ]
+
+    answers = asyncio.run(asks())
+    assert seen == [READ, READ, WORKSPACE, HOST]
+    assert answers[-1] == {"error": "unknown confinement profile 'probe'"}

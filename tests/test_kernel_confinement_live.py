@@ -90,8 +90,9 @@ async def test_without_the_kernel_nothing_is_silent(tmp_path: Path) -> None:
 
 
 @needs_landlock
-async def test_a_read_only_credential_cannot_run_a_submodule_filter(tmp_path: Path) -> None:
-    """The attack's submodule filter through git_status and git_diff of an mcp:read token."""
+async def test_no_credential_runs_a_submodule_filter_through_a_read_tool(tmp_path: Path) -> None:
+    """The attack's submodule filter through git_status and git_diff: of an mcp:read token, and of full tokens of
+    both profiles, `host` included (read tools run in the read sandbox whatever the credential's profile)."""
     server = make_server(tmp_path)
     repo = server.workspace / "repo"
     sub = repo / "sub"
@@ -116,10 +117,16 @@ async def test_a_read_only_credential_cannot_run_a_submodule_filter(tmp_path: Pa
     git(repo, "update-index", "--add", "--cacheinfo", f"160000,{git(sub, 'rev-parse', 'HEAD').strip()},sub")
     server.start()
     try:
-        reader = token(server, "reader", "--scope", "mcp:read")
-        async with mcp_client(server.mcp_url, reader) as client:
-            for tool in ("git_status", "git_diff"):
-                await client.call_tool(tool, {"path": "repo"})
+        secrets = [
+            token(server, "reader", "--scope", "mcp:read"),
+            token(server, "full-workspace", "--confinement", "workspace"),
+            token(server, "full-host", "--confinement", "host"),
+        ]
+        for secret in secrets:
+            async with mcp_client(server.mcp_url, secret) as client:
+                for tool in ("git_status", "git_diff"):
+                    result = await client.call_tool(tool, {"path": "repo"})
+                    assert not result.is_error, text_of(result)
         assert not marker.exists()
     finally:
         server.stop()
