@@ -347,3 +347,24 @@ def test_the_service_runs_every_read_operation_in_the_read_sandbox_whatever_the_
     answers = asyncio.run(asks())
     assert seen == [READ, READ, WORKSPACE, HOST]
     assert answers[-1] == {"error": "unknown confinement profile 'probe'"}
+
+
+@needs_landlock
+def test_a_sandbox_the_kernel_refuses_to_bind_is_unavailable_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse() -> None:
+        raise PermissionError(1, "Operation not permitted", "capset")
+
+    monkeypatch.setattr(landlock, "drop_capabilities", refuse)
+    sandboxes = confinement.build(str(tmp_path), [])
+    try:
+        said = sandboxes.describe()["profiles"]
+        assert said == {
+            READ: "could not bind a thread to the sandbox: [Errno 1] Operation not permitted: 'capset'",
+            WORKSPACE: "could not bind a thread to the sandbox: [Errno 1] Operation not permitted: 'capset'",
+        }
+        with pytest.raises(ToolFailure, match="Operation not permitted"):
+            sandboxes.start(WORKSPACE, lambda: None)
+    finally:
+        sandboxes.close()

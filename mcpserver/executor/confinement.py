@@ -29,6 +29,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures.thread import BrokenThreadPool
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -79,7 +80,7 @@ class Confinement:
             self._threads[profile] = _bound_thread(profile, ruleset)
             self._rulesets[profile] = ruleset.fd
             self.unavailable.pop(profile, None)
-        except OSError as error:
+        except (OSError, landlock.LandlockUnavailable) as error:
             self.unavailable[profile] = str(error)
             logger.warning("kernel confinement '%s' is not in force: %s", profile, error)
         finally:
@@ -154,18 +155,23 @@ class Confinement:
 def _bound_thread(name: str, ruleset: landlock.Ruleset) -> ThreadPoolExecutor:
     """A one-thread pool bound to `ruleset`; raises OSError if the kernel refused to bind it."""
 
+    refused: list[OSError] = []  # the pool reports only that its initializer failed: the reason is kept here
+
     def bind() -> None:
-        landlock.drop_capabilities()  # root's included: no capability overrides the sandbox or reads other processes
-        ruleset.restrict_self()
+        try:
+            landlock.drop_capabilities()  # root's too: no capability overrides the sandbox or reads other processes
+            ruleset.restrict_self()
+        except OSError as error:
+            refused.append(error)
+            raise
 
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"confined-{name}", initializer=bind)
     try:
         pool.submit(lambda: None).result()
-    except Exception as error:  # BrokenThreadPool: the initializer (restrict_self) raised, its error is the cause
+    except BrokenThreadPool as error:
         pool.shutdown(wait=False)
         ruleset.close()
-        cause = error.__cause__ or error
-        raise OSError(f"could not bind a thread to the sandbox: {cause}") from error
+        raise OSError(f"could not bind a thread to the sandbox: {refused[0] if refused else error}") from error
     return pool
 
 
