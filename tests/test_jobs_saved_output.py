@@ -3,6 +3,7 @@ no tool reaches; the job host gets descriptors, never a path to open; jobs from 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
@@ -57,6 +58,13 @@ async def test_the_job_host_is_handed_descriptors_never_a_path_to_open(executor:
         spec = json.loads(Path(f"/proc/{host}/cmdline").read_bytes().split(b"\0")[-2])
         assert str(executor.saved_output.directory) not in json.dumps(spec)
         assert {spec["log_fd"], spec["state_fd"], spec["fifo_fd"]} <= {int(fd) for fd in os.listdir(f"/proc/{host}/fd")}
+        # Until it execs, the forked command is a copy of the host and holds the host's descriptors.
+        for _ in range(200):
+            if b"jobhost" not in Path(f"/proc/{job.pid}/cmdline").read_bytes():
+                break
+            await asyncio.sleep(0.025)
+        else:
+            raise AssertionError("the command was not exec'd within 5 s")
         command_fds = {os.readlink(f"/proc/{job.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{job.pid}/fd")}
         assert not any(str(executor.saved_output.directory) in target for target in command_fds)
     finally:
