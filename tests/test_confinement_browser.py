@@ -16,7 +16,7 @@ HOST_BADGE = ".credential-confinement-host"
 
 
 def confinement_changes(server: LiveServer, name: str) -> int:
-    sql = "SELECT COUNT(*) AS n FROM audit_auditrecord WHERE event = 'token.confinement_changed' AND detail LIKE %s"
+    sql = "SELECT COUNT(*) AS n FROM audit_auditrecord WHERE event = 'token.confinement_changed' AND CAST(detail AS TEXT) LIKE %s"
     return int(server.database.one(sql, f'%"{name}"%')["n"])
 
 

@@ -139,11 +139,15 @@ async def test_a_fork_flood_stops_at_the_limit_while_the_server_and_other_comman
 
 async def test_a_command_cannot_raise_its_process_or_memory_limit_again(limited_server: LiveServer) -> None:
     # The memory limit is the executor's own hard limit, inherited; the process limit is pinned right after the spawn.
-    raise_them = "sleep 0.5; for f in -d -u; do ulimit -H $f unlimited; ulimit -S $f unlimited; done 2>/dev/null; "
-    text, _ = await run(limited_server, raise_them + "ulimit -Sd; ulimit -Su")
-    data, nproc = text.removeprefix("stdout:\n").split("\n")[:2]
+    # The pinned process limit is the host's task count when the executor last read it, plus MAX_PROCESSES: other
+    # processes on a busy machine move that count by hundreds, so the check is that the pin holds, not its value.
+    pinned = "sleep 0.5; ulimit -Hu; "
+    raise_them = "for f in -d -u; do ulimit -H $f unlimited; ulimit -S $f unlimited; done 2>/dev/null; "
+    text, _ = await run(limited_server, pinned + raise_them + "ulimit -Sd; ulimit -Su; ulimit -Hu")
+    before, data, soft, hard = text.removeprefix("stdout:\n").split("\n")[:4]
     assert data == str(MAX_MEMORY // 1024), text
-    assert nproc != "unlimited" and int(nproc) < host_task_count() + MAX_PROCESSES + 400, text
+    assert before != "unlimited" and int(before) > MAX_PROCESSES, text
+    assert soft == hard == before, text
 
 
 async def test_a_memory_hog_gets_a_memory_error_at_the_limit(limited_server: LiveServer) -> None:
