@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import platform
 import termios
+from collections.abc import Iterator
 from pathlib import Path
 
 from mcpserver.executor.processes import read_start_ticks
@@ -19,9 +20,8 @@ def alive(pid: int, ticks: int) -> bool:
     return pid > 0 and read_start_ticks(pid) == ticks
 
 
-def session_members(session: int) -> list[int]:
-    """The processes of `session` (field 6 of /proc/<pid>/stat): a job's command and all it started there."""
-    members = []
+def _stats() -> Iterator[tuple[int, list[str]]]:
+    """Each live process and the fields of its /proc/<pid>/stat after the command name (state first)."""
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -30,26 +30,20 @@ def session_members(session: int) -> list[int]:
                 text = stat_file.read().decode("ascii", errors="replace")
         except OSError:
             continue
-        fields = text[text.rfind(")") + 1 :].split()
-        if len(fields) > 3 and fields[3] == str(session):
-            members.append(int(entry.name))
-    return members
+        yield int(entry.name), text[text.rfind(")") + 1 :].split()
+
+
+def session_members(session: int) -> list[int]:
+    """The processes of `session` (field 6 of /proc/<pid>/stat): a job's command and all it started there."""
+    return [pid for pid, fields in _stats() if len(fields) > 3 and fields[3] == str(session)]
 
 
 def children_of_each() -> dict[int, list[int]]:
     """Each process's children, from field 4 of /proc/<pid>/stat; zombies (ended, to be reaped) left out."""
     children: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as stat_file:
-                text = stat_file.read().decode("ascii", errors="replace")
-        except OSError:
-            continue
-        fields = text[text.rfind(")") + 1 :].split()
+    for pid, fields in _stats():
         if len(fields) > 1 and fields[0] != "Z":
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
+            children.setdefault(int(fields[1]), []).append(pid)
     return children
 
 
