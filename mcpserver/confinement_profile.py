@@ -40,5 +40,7 @@ def protections(described: dict[str, Any] | None) -> dict[str, Any]:
         "read": profiles.get(READ, "unknown") if isinstance(profiles, dict) else "unknown",
         "workspace": profiles.get(WORKSPACE, "unknown") if isinstance(profiles, dict) else "unknown",
         "default_profile": default_profile(),
+        # Whether revoking a credential also ends what its commands left running outside a background job.
+        "process_groups": described.get("process_groups", "unknown"),
         "summary": summary(described),
     }

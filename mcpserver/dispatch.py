@@ -43,7 +43,7 @@ from mcpserver.approvals.holds import keep_waiting
 from mcpserver.approvals.requests import arguments_digest, consume_approved, covering_grant, summary_of
 from mcpserver.call import ToolCall, audit_actor, mark_dispatched, principal_from_request, request_session
 from mcpserver.confinement_profile import profile_of
-from mcpserver.executor import confinement
+from mcpserver.executor import confinement, credential_groups
 from mcpserver.executor.interface import ToolFailure
 from mcpserver.executor.remote import ExecutorFault, ExecutorLost
 from mcpserver.inflight import IN_FLIGHT
@@ -98,6 +98,7 @@ async def dispatch(
         return render(ToolResult.error("Error: this request carries no credential"), services.result_cap)
     actor = audit_actor(principal, *request_session(context.request_context))
     confinement.PROFILE.set(profile_of(principal))  # this request's task: what its executor requests carry
+    credential_groups.PRINCIPAL.set(principal.key)  # and in its credential's group, which revoking it ends
     if services.stop.stopping:  # reached the tool after the stop began: not run
         await record_denied(actor, spec.name, arguments, NOT_ACCEPTED)
         raise MCPError(code=STOPPING_CODE, message=NOT_ACCEPTED)

@@ -1,4 +1,5 @@
-"""When credentials are revoked: cancel their running tool calls and, if asked, stop their background processes.
+"""When credentials are revoked: cancel their running tool calls and, if asked, stop their background processes and
+whatever else their commands left running.
 
 `oauth` records each revocation as a Revocation row and sends `credentials_revoked` once it is committed. In the
 server process the signal wakes the watcher at once (the admin's actions run in a worker thread, so the wake-up
@@ -74,11 +75,19 @@ async def _end(executor: Executor, process: BackgroundProcess) -> bool | None:
 
 
 async def stop_background_processes(revocations: Sequence[Revocation], executor: Callable[[], Executor]) -> list[int]:
-    """End each background process the revocations cover, with all it started (even what left its session), and
-    record what was stopped, one audit event per revocation. Returns the pids stopped."""
+    """End each background process the revocations cover, with all it started (even what left its session), then
+    whatever else their credentials' commands left running (credential_groups.py), and record what was stopped, one
+    audit event per revocation and kind. Returns the pids stopped."""
     wanted = [revocation for revocation in revocations if revocation.stop_background]
     if not wanted:
         return []
+    stopped = await _stop_jobs(wanted, executor)
+    for revocation in wanted:
+        await _stop_detached(revocation, executor)
+    return stopped
+
+
+async def _stop_jobs(wanted: Sequence[Revocation], executor: Callable[[], Executor]) -> list[int]:
     claimed = await sync_to_async(_claim_processes, thread_sensitive=False)(wanted)
     if not claimed:
         return []
@@ -89,8 +98,6 @@ async def stop_background_processes(revocations: Sequence[Revocation], executor:
             await _release(process)  # the executor is down, and so are its tools; a later pass tries again
         elif signalled:
             stopped.append((process, revocation))
-    if not stopped:
-        return []
     for revocation in wanted:
         mine = [process for process, by in stopped if by.pk == revocation.pk]
         if mine:
@@ -106,6 +113,30 @@ async def stop_background_processes(revocations: Sequence[Revocation], executor:
                 commands=[process.command[:200] for process in mine],
             )
     return [process.pid for process, _revocation in stopped]
+
+
+async def _stop_detached(revocation: Revocation, executor: Callable[[], Executor]) -> None:
+    """What the credentials' commands started and left running outside any background job (`setsid cmd &` in a
+    terminal_exec): the executor kills what is left in their groups. Every server process seeing the revocation
+    asks; the first finds them, the others nothing."""
+    keys, prefixes, before = list(revocation.keys), list(revocation.prefixes), revocation.created_at.timestamp()
+    try:
+        killed = await executor().end_credentials(keys, prefixes, before)
+    except ExecutorError as error:
+        logger.error("could not stop the processes left by revoked credentials (%s): %s", revocation, error)
+        return
+    if killed:
+        await aevent(
+            "credentials.processes_stopped",
+            None,
+            instance_id=INSTANCE_ID,
+            revocation_id=revocation.pk,
+            reason=revocation.reason,
+            revoked_by=revocation.username,
+            pids=[process["pid"] for process in killed],
+            credentials=sorted({str(process["credential"]) for process in killed}),
+            commands=[str(process["command"]) for process in killed],
+        )
 
 
 class RevocationWatcher:

@@ -5,12 +5,14 @@ revocation made in another server process."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx2
 import psutil
 import pytest
 
@@ -206,3 +208,55 @@ async def test_a_revocation_in_another_server_process_stops_the_processes_this_o
         )
     finally:
         replica.stop()
+
+
+# A foreground command that leaves two processes running past its own end, in sessions of their own: one started
+# straight from its shell, one through a subshell that exits at once (a double fork: its parent is gone too).
+LEAVE_BEHIND = (
+    "setsid bash -c 'exec -a xM{m} sleep 283' </dev/null >/dev/null 2>&1 & "
+    "(setsid bash -c 'exec -a xD{m} sleep 283' </dev/null >/dev/null 2>&1 &); echo left"
+)
+
+
+def marked(marker: str) -> list[int]:
+    """Live processes whose command line carries `marker`."""
+    found = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        if process.info["status"] != psutil.STATUS_ZOMBIE and marker in " ".join(process.info["cmdline"] or []):
+            found.append(process.pid)
+    return sorted(found)
+
+
+async def leave_behind(server: LiveServer, token: str) -> tuple[str, list[int]]:
+    marker = uuid.uuid4().hex[:12]
+    async with mcp_client(server.mcp_url, token) as client:
+        result = await client.call_tool("terminal_exec", {"command": LEAVE_BEHIND.format(m=marker)})
+    assert not result.is_error and "left" in text_of(result), text_of(result)
+    pids = await apoll(lambda: found if len(found := marked(marker)) == 2 else None, DEADLINE, "both left behind")
+    return marker, pids
+
+
+async def test_revoking_ends_what_a_foreground_command_left_running_in_sessions_of_its_own(
+    server: LiveServer, token_b: tuple[str, int]
+) -> None:
+    health = httpx2.get(f"{server.url}/health", timeout=5).json()
+    assert health["executor"]["confinement"]["process_groups"] == "tracked", health
+    kept_marker, kept = await leave_behind(server, token_b[0])
+    name = f"a-{uuid.uuid4().hex[:8]}"
+    marker, pids = await leave_behind(server, server.create_token(name))
+    try:
+        await asyncio.sleep(0.5)
+        assert marked(marker) == pids, "the call's end left them running (as a shell would)"
+        server.manage("revoke_token", name)
+        await apoll(lambda: not marked(marker), DEADLINE, "what the revoked token's command left running to end")
+        assert marked(kept_marker) == kept, "another credential's were touched"
+        events = audit_events(server, "credentials.processes_stopped")
+        [event] = [e for e in events if set(pids) <= set(e["detail"]["pids"])]
+        assert event["detail"]["credentials"] == [f"bearer:{bearer_token_id(server, name)}"]
+        assert event["detail"]["reason"] == "bearer"
+        commands = " ".join(event["detail"]["commands"])
+        assert f"xM{marker}" in commands and f"xD{marker}" in commands
+    finally:
+        for pid in [*marked(marker), *marked(kept_marker)]:
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).kill()

@@ -160,6 +160,19 @@ def background_stopped(record: AuditRecord, detail: Detail) -> SafeString:
     )
 
 
+def processes_stopped(record: AuditRecord, detail: Detail) -> SafeString:
+    """Processes a revoked credential's commands left running outside any background job (`setsid cmd &`)."""
+    commands = strings(detail, "commands") or [f"pid {pid}" for pid in strings(detail, "pids")]
+    reason, by = text(detail, "reason"), text(detail, "revoked_by")
+    return format_html(
+        "{} left running by the commands of a revoked credential stopped{}{}{}",
+        counted(len(strings(detail, "pids")) or len(commands), "process", "processes"),
+        format_html(" ({})", reason) if reason else "",
+        format_html(" by {}", by) if by else "",
+        format_html(": {}", listing(commands)) if commands else "",
+    )
+
+
 SENTENCES: dict[str, Sentence] = {
     "token.created": token_created,
     "token.revoked": token_revoked,
@@ -177,4 +190,5 @@ SENTENCES: dict[str, Sentence] = {
     "auth.failed": auth_failed,
     "credentials.rotated": credentials_rotated,
     "credentials.background_stopped": background_stopped,
+    "credentials.processes_stopped": processes_stopped,
 }

@@ -22,7 +22,7 @@ from mcpserver.approvals.requests import CHANNEL_ENDED, CHANNEL_TIMEOUT, end_req
 from mcpserver.approvals.waiting import announce, record_decision, wait_for_decision
 from mcpserver.background import record_started_process
 from mcpserver.confinement_profile import profile_of
-from mcpserver.executor import confinement
+from mcpserver.executor import confinement, credential_groups
 from mcpserver.executor.interface import Executor, ExecutorError
 from mcpserver.live import LIVE
 from mcpserver.models import (
@@ -61,6 +61,7 @@ async def _wait_then_run(
     request: ApprovalRequest, arguments: dict[str, Any], principal: Principal, actor: Actor, executor: Executor
 ) -> None:
     confinement.PROFILE.set(profile_of(principal))  # the command runs, if approved, in its credential's sandbox
+    credential_groups.PRINCIPAL.set(principal.key)  # and in its credential's group, which revoking it ends
     left = (request.expires_at - timezone.now()).total_seconds()
     try:
         decided = await wait_for_decision(request.pk, time.monotonic() + left)

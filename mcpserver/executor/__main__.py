@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from mcpserver.executor import confinement, rlimits
+from mcpserver.executor import confinement, credential_groups, rlimits
 from mcpserver.executor.handover import HandedOver
 from mcpserver.executor.jsonlog import JsonFormatter  # plain logging, no Django
 from mcpserver.executor.local import LocalExecutor
@@ -163,6 +163,10 @@ async def serve(options: argparse.Namespace) -> None:
         os.path.realpath(options.workspace), hidden, enabled=options.kernel_confinement == "auto"
     )
     confinement.configure(sandboxes)
+    # Named after the saved-output directory: one per installation, shared by the executor a management command
+    # starts in development, so that its revocation reaches what the server's executor started.
+    tracking = credential_groups.set_up(os.path.realpath(options.output_dir))
+    credential_groups.configure(tracking)
     service = ExecutorService(local, options.allow_uid)
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -190,11 +194,13 @@ async def serve(options: argparse.Namespace) -> None:
         options.max_processes or "no", options.max_memory or "no", options.output_max_bytes or "no",
     )  # fmt: skip
     logger.info("kernel confinement: %s", confinement.summary(sandboxes.describe()))
+    logger.info("processes of each credential, for revocation: %s", tracking.describe())
     try:
         await stop.wait()
     finally:
         close()
         await service.cancel_all()
+        tracking.close()
         if options.inherited is None and options.socket is not None:
             options.socket.unlink(missing_ok=True)
         logger.info("executor stopped")

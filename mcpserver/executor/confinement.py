@@ -255,4 +255,7 @@ def summary(described: dict[str, object]) -> str:
     states = profiles if isinstance(profiles, dict) else {}
     parts = [f"{name}: {state}" for name, state in states.items()]
     kernel = f"Landlock ABI {abi}" if abi else "no Landlock"
+    groups = described.get("process_groups")
+    if groups is not None:
+        parts.append(f"processes per credential: {groups}")
     return f"{kernel}; " + "; ".join(parts)

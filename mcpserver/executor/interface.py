@@ -126,6 +126,12 @@ class Executor:
         """The job's command group and all its host adopted: SIGTERM, then (`escalate`) SIGKILL until none is left."""
         raise NotImplementedError
 
+    async def end_credentials(self, keys: list[str], prefixes: list[str], before: float) -> list[dict[str, Any]]:
+        """Revocation: kill every process that calls of these credentials (principal keys, or keys starting with a
+        prefix) started up to `before` (seconds since the epoch) and that is still running, wherever it went
+        (credential_groups.py). What was killed: [{pid, command}]; none where the executor cannot track them."""
+        raise NotImplementedError
+
     # --- git -----------------------------------------------------------------------------------------------------
     async def git_clone(self, repo_url: str, path: str | None, branch: str | None) -> str:
         raise NotImplementedError

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
+from typing import Any
 
+from mcpserver.executor import credential_groups
 from mcpserver.executor.editing import EditOps
 from mcpserver.executor.environment import clean_environment
 from mcpserver.executor.files import FileOps
@@ -33,6 +35,9 @@ class LocalExecutor(FileOps, EditOps, ProcessOps, GitOps, WorkspaceOps, ImageOps
         # None: beside the workspace (tests, the benchmark); the executor process is always given its own.
         self.saved_output = SavedOutput(self.workspace, output_max_bytes, directory=output_dir)
         self._input_locks: dict[str, asyncio.Lock] = {}
+
+    async def end_credentials(self, keys: list[str], prefixes: list[str], before: float) -> list[dict[str, Any]]:
+        return await credential_groups.active().end(keys, prefixes, before)
 
     async def prune_output(self, max_bytes: int | None = None) -> str:
         """Maintenance (not a tool): delete saved command output past its age, then the oldest past `max_bytes`

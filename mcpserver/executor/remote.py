@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
-from mcpserver.executor import confinement, wire
+from mcpserver.executor import confinement, credential_groups, wire
 from mcpserver.executor.interface import OPERATIONS, Executor, ExecutorError, OutputListener, ToolFailure
 
 logger = logging.getLogger(__name__)
@@ -152,7 +152,8 @@ class RemoteExecutor(Executor):
         spawned: dict[str, int] | None = None
         answered = False  # only a connection whose call was answered is reused; any other is closed (cancelling)
         try:
-            writer.write(wire.encode({"op": op, "args": args, "confinement": confinement.PROFILE.get()}))
+            request = {"op": op, "args": args, "confinement": confinement.PROFILE.get()}
+            writer.write(wire.encode({**request, "principal": credential_groups.PRINCIPAL.get()}))
             while True:
                 try:
                     frame = await wire.read_frame(reader)

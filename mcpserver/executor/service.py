@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from mcpserver.executor import confinement, wire
+from mcpserver.executor import confinement, credential_groups, wire
 from mcpserver.executor.interface import OPERATIONS, ToolFailure
 from mcpserver.executor.local import LocalExecutor
 
@@ -64,7 +64,8 @@ class ExecutorService:
             "root": self.executor.root,
             "home": account.pw_dir,
             "disk_free": disk_free,
-            "confinement": confinement.active().describe(),
+            # With where revocation finds the processes a credential left running (credential_groups.py).
+            "confinement": {**confinement.active().describe(), "process_groups": credential_groups.active().describe()},
         }
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -148,6 +149,10 @@ class ExecutorService:
             confinement.PROFILE.set(confinement.profile_for(op, request.get("confinement")))
         except ValueError as error:
             return {"error": str(error)}
+        principal = request.get("principal", "")
+        if not isinstance(principal, str):
+            return {"error": f"bad principal {principal!r}"}
+        credential_groups.PRINCIPAL.set(principal)
         method: Callable[..., Awaitable[object]] = getattr(self.executor, op)
         notices: list[asyncio.TimerHandle] = []
         if op == "run_command":

@@ -1,7 +1,8 @@
 """A command's process, watched from the event loop without threads: its two output pipes, and a pidfd for its end.
 
 Every process the executor starts is started here (`spawn`), in the sandbox of the call's confinement profile
-(confinement.py), with the tool limits (rlimits.py) pinned in it.
+(confinement.py) and the cgroup of its credential (credential_groups.py), with the tool limits (rlimits.py) pinned
+in it.
 
 asyncio's subprocess transport (Python 3.11) starts a thread per process to wait for it, connects each pipe through
 a transport and a protocol, and takes several turns of the event loop to start a command and to finish it, a cost
@@ -17,7 +18,7 @@ import os
 import subprocess
 from collections.abc import Callable
 
-from mcpserver.executor import confinement, rlimits
+from mcpserver.executor import confinement, credential_groups, rlimits
 
 READ_CHUNK = 64 * 1024
 OutputSink = Callable[[int, bytes], None]  # (1 for stdout or 2 for stderr, a chunk of it)
@@ -126,15 +127,19 @@ def spawn(
         else:
             pipes[2], stderr = os.pipe()
             ends.append(stderr)
-    profile, sandboxes = confinement.PROFILE.get(), confinement.active()
+    profile, sandboxes, groups = confinement.PROFILE.get(), confinement.active(), credential_groups.active()
     env = sandboxes.environment(profile, env)
+
+    def start() -> subprocess.Popen[bytes]:
+        return groups.placed(lambda: sandboxes.start(profile, lambda: _popen(argv, cwd, env, stdout, stderr, pass_fds)))
+
     rlimits.keeper.before_spawn()
     try:
         try:
-            process = sandboxes.start(profile, lambda: _popen(argv, cwd, env, stdout, stderr, pass_fds))
+            process = start()
         except BlockingIOError:  # EAGAIN: the host's tasks grew past our last reading of them
             rlimits.keeper.refresh_now()
-            process = sandboxes.start(profile, lambda: _popen(argv, cwd, env, stdout, stderr, pass_fds))
+            process = start()
     except BaseException:
         for fd in pipes.values():
             os.close(fd)

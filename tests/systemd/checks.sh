@@ -245,6 +245,31 @@ check_confinement_in_production() {
     echo "a workspace-confined token writes the workspace, not its home; sudo says it is confined"
 }
 
+# Revoking a token ends what its commands left running: a terminal_exec whose command started a process in a
+# session of its own (setsid) and returned is followed into the credential's cgroup (Delegate=yes), and
+# `sandstorm-manage revoke_token` kills it; another token's is left alone.
+check_revoke_ends_detached_processes() {
+    local body="$STATE/health.json" tracked name pid kept mark="xdet$RANDOM" seen
+    https_status /health "$body" >/dev/null
+    tracked="$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["executor"]["confinement"]["process_groups"])' "$body")"
+    [ "$tracked" = tracked ] || fail "/health: processes per credential: '$tracked', not 'tracked'"
+    for name in detach-revoked detach-kept; do
+        sandstorm-manage create_token "$name" 2>/dev/null | tail -n 1 >"$STATE/$name-token"
+        seen="$("$VENV_PY" "$HERE/mcp_check.py" "$DOMAIN" "$CADDY_CA" "$STATE/$name-token" exec \
+            "setsid bash -c 'exec -a $mark-$name sleep 283' </dev/null >/dev/null 2>&1 & echo started")" || fail "$seen"
+        [ "$seen" = started ] || fail "terminal_exec for $name: $seen"
+    done
+    wait_for 10 pgrep -f "^$mark-detach-revoked " >/dev/null || fail "the detached process did not start"
+    pid="$(pgrep -f "^$mark-detach-revoked ")"
+    kept="$(pgrep -f "^$mark-detach-kept ")"
+    grep -q '/sandstorm-[0-9a-f]*/cred-' "/proc/$pid/cgroup" || fail "process $pid is not in a credential's cgroup: $(cat "/proc/$pid/cgroup")"
+    sandstorm-manage revoke_token detach-revoked >/dev/null
+    wait_for 20 sh -c "! kill -0 $pid 2>/dev/null" || fail "process $pid of the revoked token still runs"
+    kill -0 "$kept" 2>/dev/null || fail "process $kept of another token was ended"
+    kill "$kept"
+    echo "revoke_token ended the process its terminal_exec left in a session of its own ($pid); another token's ran on"
+}
+
 check_socket_activation() {
     systemctl stop "$EXECUTOR.service"
     systemctl is-active --quiet "$EXECUTOR.service" && fail "$EXECUTOR.service still active after stop"

@@ -226,6 +226,7 @@ main() {
     check agent_reaches_no_listener
     check agent_writes_only_workspace
     check confinement_in_production
+    check revoke_ends_detached_processes
     check second_install_changes_nothing
     check socket_activation
     check server_restart_refuses_nothing
