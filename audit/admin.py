@@ -1,4 +1,5 @@
-"""The audit log's calls in the admin: the call list (its filter bar, cells and search window) and a page per call.
+"""The audit log's calls in the admin: the call list (its filter bar, cells and search window) and a page per call,
+headed in words, with the player of its recording (audit/static/audit/recording.js) when it has one.
 
 The lists never count and never change a record (audit.admin_lists); the security events have their own list
 (audit.admin_events, imported here so that the admin finds it).
@@ -18,6 +19,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.formats import date_format
 from django.utils.html import format_html
 from django.utils.http import urlencode
 
@@ -90,6 +92,43 @@ def search_floor(request: HttpRequest, search_term: str) -> int:
     return max(newest - SEARCH_WINDOW, 0)
 
 
+def call_heading(record: AuditRecord) -> str:
+    """The call page's heading, in words: "terminal_exec by alice — 2026-12-07 15:04:05 UTC" (not the record's
+    kind, which every call page shares)."""
+    who = record.username or credential_label(record.credential_kind, record.credential_id, record.credential_name)
+    when = date_format(timezone.localtime(record.created_at), "DATETIME_FORMAT")
+    return f"{record.tool} by {who or 'an unknown caller'} — {when}"
+
+
+def described_recording(finished: AuditRecord | None) -> dict[str, Any] | None:
+    """What the finished record says of the call's recording (audit/recordings.py); None when the call printed
+    nothing, ran before recordings or has not finished."""
+    detail = finished.detail if finished is not None and isinstance(finished.detail, dict) else {}
+    described = detail.get("recording")
+    return described if isinstance(described, dict) else None
+
+
+def has_recording(finished: AuditRecord | None) -> bool:
+    """Whether the call has a recording to replay (a file: all or part of what it printed)."""
+    return "name" in (described_recording(finished) or {})
+
+
+def recording_detail(record: AuditRecord, finished: AuditRecord | None) -> dict[str, Any] | None:
+    """What the call page shows of the call's recording: a player when there is a file, and in words why there is
+    none, or not all of it."""
+    described = described_recording(finished)
+    if described is None:
+        return None
+    cast_url = reverse("audit:recording_cast", kwargs={"call_id": record.call_id}) if has_recording(finished) else ""
+    return {
+        "cast_url": cast_url,
+        "download_url": f"{cast_url}?download=1" if cast_url else "",
+        "unrecorded": str(described.get("unrecorded") or ""),
+        # A budget that stopped the recording cut its end, which "not recorded" says; `cut` alone is the per-call cap.
+        "cut": bool(described.get("cut")) and not described.get("unrecorded"),
+    }
+
+
 def call_detail(record: AuditRecord) -> dict[str, Any]:
     """What the page of one call shows beyond the record itself."""
     finished = finished_of(record)
@@ -97,6 +136,9 @@ def call_detail(record: AuditRecord) -> dict[str, Any]:
     large = detail.get("large_arguments")
     changelist = reverse("admin:audit_auditrecord_changelist")
     context: dict[str, Any] = {
+        "title": call_heading(record),
+        "subtitle": None,  # Django's would be str(record): "#12 call.started terminal_exec"
+        "recording": recording_detail(record, finished),
         "call": record,
         "finished": finished,
         "outcome": finished.outcome if finished else OUTCOME_RUNNING,
@@ -283,8 +325,15 @@ class AuditRecordAdmin(ReadOnlyAuditAdmin):
 
     @admin.display(description="duration")
     def duration(self, record: AuditRecord) -> str:
+        """How long the call took and, under it, a link to its replay when it has a recording."""
         finished = finished_of(record)
-        return format_duration(finished.duration_ms) if finished else ""
+        shown = format_duration(finished.duration_ms) if finished else ""
+        if not has_recording(finished):
+            return shown
+        url = reverse("admin:audit_auditrecord_change", args=[record.pk]) + "#recording"
+        return format_html(
+            '{}<a class="audit-replay" href="{}" title="Replay what the call printed">▶ replay</a>', shown, url
+        )
 
     @admin.display(description="redacted")
     def call_redacted(self, record: AuditRecord) -> str:

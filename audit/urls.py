@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import path
 
-from audit import views
+from audit import recording_views, views
 
 app_name = "audit"
 
@@ -13,4 +13,14 @@ urlpatterns = [
     path("overview/", admin.site.admin_view(views.overview), name="overview"),
     path("auditrecord/export.csv", admin.site.admin_view(views.export_csv), name="export_csv"),
     path("auditrecord/export.jsonl", admin.site.admin_view(views.export_jsonl), name="export_jsonl"),
+    path(
+        "calls/<str:call_id>/recording.json",
+        admin.site.admin_view(recording_views.recording_events),
+        name="recording_events",
+    ),
+    path(
+        "calls/<str:call_id>/recording.cast",
+        admin.site.admin_view(recording_views.recording_cast),
+        name="recording_cast",
+    ),
 ]

@@ -10,12 +10,14 @@ from typing import Any
 from mcp.server.mcpserver import Context
 
 from audit.log import Actor
-from mcpserver.executor.interface import Executor
+from audit.recordings import Recording, live_text
+from mcpserver.executor.interface import Executor, OutputEvent
 from mcpserver.live import LIVE
 from oauth.credentials import Principal
 
 logger = logging.getLogger(__name__)
 PRINCIPAL_KEY = "sandstorm.principal"  # where the auth middleware puts the principal in the ASGI scope
+PROGRESS_CHARS = 1024  # of the newest output, in one progress notification
 
 
 @dataclass
@@ -26,6 +28,7 @@ class ToolCall:
     result_cap: int
     context: Context[Any, Any] | None = None
     call_id: str = ""  # the audit log's, once its started record is written
+    recording: Recording | None = None  # of what its commands print, once its started record is written
     _progress: int = 0
 
     @property
@@ -42,10 +45,15 @@ class ToolCall:
         self._progress += 1
         await self.context.report_progress(self._progress, None, message)
 
-    async def output(self, text: str) -> None:
-        """A command's new output: to the console's live view, and as progress if the client asked for it."""
+    async def output(self, events: list[OutputEvent], progress: bool = True) -> None:
+        """A command's new output, whole: to the call's recording, the console's live view, and the newest of it as
+        progress if the client asked for it."""
+        if self.recording is not None:
+            self.recording.write(events)
+        text = live_text(events)
         LIVE.output(self.call_id, text)
-        await self.progress(text)
+        if progress:
+            await self.progress(text[-PROGRESS_CHARS:])
 
 
 def principal_from_request(request: Any) -> Principal | None:

@@ -163,7 +163,8 @@ def revoke_url(credential_key: str) -> str:
 
 def with_links(call: Mapping[str, Any], *, output: bool = True) -> dict[str, Any]:
     shown = {key: value for key, value in call.items() if output or key != "output"}
-    return {**shown, "revoke_url": revoke_url(str(call.get("credential_key", "")))}
+    recording = reverse("audit:recording_events", args=[call["call_id"]]) if call.get("call_id") else ""
+    return {**shown, "revoke_url": revoke_url(str(call.get("credential_key", ""))), "recording_url": recording}
 
 
 def pending_approvals() -> list[dict[str, Any]]:
@@ -243,6 +244,7 @@ class ConsoleSocket(AsyncJsonWebsocketConsumer):
         }
         if self.live_page:
             snapshot["calls"] = [with_links(call) for call in LIVE.running()]
+            snapshot["ended_calls"] = [with_links(call) for call in LIVE.recently_ended()]
             snapshot["background"] = await database_sync_to_async(background_commands)()
         return snapshot
 
@@ -255,7 +257,9 @@ class ConsoleSocket(AsyncJsonWebsocketConsumer):
             # A batch's output is in `output`; the tail a call carries is for pages that open later (the snapshot).
             page["calls"] = [with_links(call, output=False) for call in message.get("calls", [])]
             page["output"] = message.get("output", {})
+            page["output_units"] = message.get("output_units", {})
             page["ended"] = message.get("ended", {})
+            page["seconds"] = message.get("seconds", {})
         background = self.live_page and bool(message.get("background"))
         if not background and not any(value for key, value in page.items() if key != "type"):
             return  # nothing this page shows

@@ -38,6 +38,7 @@ from audit.models import (
     OUTCOME_TIMEOUT,
     AuditRecord,
 )
+from audit.recordings import Recording
 from mcpserver.approvals.asking import hold_for_approval
 from mcpserver.approvals.holds import keep_waiting
 from mcpserver.approvals.requests import arguments_digest, consume_approved, covering_grant, summary_of
@@ -59,6 +60,8 @@ from oauth.credentials import Principal
 from oauth.models import SCOPE_READ
 
 logger = logging.getLogger(__name__)
+# Tools whose output comes whole with their result (git's network tools): recorded as one event at their end.
+RESULT_RECORDED = frozenset({"git_clone", "git_push", "git_pull"})
 AUDIT_UNAVAILABLE = "Error: the audit log could not be written, so the call was not run; the server log has the details"
 READ_UNRECORDED = (
     "Error: the audit log could not be written, so the result of {tool} is withheld; the server log has the details"
@@ -227,8 +230,8 @@ async def run_audited(
         result = await _run(spec, call, arguments)
         return outcome_of(result), result
 
-    async def finish(outcome: str, result: ToolResult) -> bool:
-        await _finish(started, outcome, result, began)
+    async def finish(outcome: str, result: ToolResult, recording: dict[str, Any] | None) -> bool:
+        await _finish(started, outcome, result, began, recording)
         return True  # a finished record the database refuses is held, never lost
 
     result, _ = await _live_and_recorded(started, call, cancel_scope, run, finish)
@@ -253,8 +256,8 @@ async def run_read(
         result = await _run(spec, call, arguments)
         return outcome_of(result), result
 
-    async def record(outcome: str, result: ToolResult) -> bool:
-        return await _record_read(started, outcome, result, began)
+    async def record(outcome: str, result: ToolResult, recording: dict[str, Any] | None) -> bool:
+        return await _record_read(started, outcome, result, began, recording)
 
     result, recorded = await _live_and_recorded(started, call, cancel_scope, run, record)
     return result if recorded else ToolResult.error(READ_UNRECORDED.format(tool=spec.name))
@@ -265,27 +268,35 @@ async def _live_and_recorded(
     call: ToolCall,
     cancel_scope: anyio.CancelScope | None,
     run: Callable[[], Awaitable[tuple[str, ToolResult]]],
-    record: Callable[[str, ToolResult], Awaitable[bool]],
+    record: Callable[[str, ToolResult, dict[str, Any] | None], Awaitable[bool]],
 ) -> tuple[ToolResult, bool]:
-    """`run` as a call the live view shows, its end recorded by `record`: the result, and whether it was recorded."""
+    """`run` as a call the live view shows, its end recorded by `record` with its recording: the result, and whether
+    it was recorded."""
     LIVE.started(_live_call(started, call, cancel_scope))
+    call.recording = Recording(started.call_id, started.tool, started.created_at.timestamp())
+    began = time.monotonic()
     outcome = OUTCOME_CANCELLED
     try:
         outcome, result = await run()
+        if started.tool in RESULT_RECORDED and not call.recording.events:
+            # Not streamed: what it printed is its result, recorded (and shown live) as it ends.
+            await call.output([(round(time.monotonic() - began, 3), "o", result.text)], progress=False)
     except BaseException:
         # Cancelled by the client, a disconnect or shut-down: record it even inside the cancelled scope.
         with anyio.CancelScope(shield=True):
-            await record(OUTCOME_CANCELLED, ToolResult.error("cancelled"))
+            await record(OUTCOME_CANCELLED, ToolResult.error("cancelled"), call.recording.close())
         raise
     finally:
         LIVE.ended(started.call_id, outcome)
     # Shielded: a call with its result is not cancelled while that is recorded; it answers with it.
     with anyio.CancelScope(shield=True):
-        recorded = await record(outcome, result)
+        recorded = await record(outcome, result, call.recording.close())
     return result, recorded
 
 
-async def _record_read(started: AuditRecord, outcome: str, result: ToolResult, began: float) -> bool:
+async def _record_read(
+    started: AuditRecord, outcome: str, result: ToolResult, began: float, recording: dict[str, Any] | None
+) -> bool:
     duration_ms = _log_call(started, outcome, began)
     try:
         await acall_read(
@@ -295,6 +306,7 @@ async def _record_read(started: AuditRecord, outcome: str, result: ToolResult, b
             exit_code=result.exit_code,
             duration_ms=duration_ms,
             instance_id=INSTANCE_ID,
+            recording=recording,
         )
     except DatabaseError as error:
         READS_REFUSED.note(error)
@@ -336,7 +348,9 @@ def _log_call(started: AuditRecord, outcome: str, began: float) -> int:
     return duration_ms
 
 
-async def _finish(started: AuditRecord, outcome: str, result: ToolResult, began: float) -> None:
+async def _finish(
+    started: AuditRecord, outcome: str, result: ToolResult, began: float, recording: dict[str, Any] | None
+) -> None:
     duration_ms = _log_call(started, outcome, began)
     # The call has run: a finished record the database refuses is held and written again (audit.log.held).
     await afinish_call(
@@ -346,6 +360,7 @@ async def _finish(started: AuditRecord, outcome: str, result: ToolResult, began:
         exit_code=result.exit_code,
         duration_ms=duration_ms,
         instance_id=INSTANCE_ID,
+        recording=recording,
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,7 @@ FLUSH_SECONDS = 0.15
 OUTPUT_TAIL = 16 * 1024  # characters of output kept per call, for a page opened while it runs
 BATCH_OUTPUT = 32 * 1024  # characters of one call's output per batch (a flood keeps its newest part)
 SUMMARY_CHARS = 2000
+ENDED_KEPT = 20  # ended calls a page opened later still shows (the newest)
 
 
 @dataclass(eq=False)
@@ -42,6 +44,9 @@ class LiveCall:
     state: str = "running"  # or "awaiting_approval"
     approval: str = ""  # the request's label while it waits
     output: str = ""
+    output_units: int = 0  # how much output came in all, in UTF-16 code units (a page's string length)
+    outcome: str = ""  # once it has ended
+    seconds: float | None = None  # how long it ran, once it has ended
     began: float = field(default_factory=time.monotonic)
     scope: anyio.CancelScope | None = field(default=None, repr=False)
 
@@ -55,8 +60,10 @@ class LiveCall:
             "credential_key": self.credential_key,
             "address": self.address,
             "started_at": self.started_at,
-            "elapsed": round(time.monotonic() - self.began, 1),
-            "state": self.state,
+            "elapsed": round(time.monotonic() - self.began, 1) if self.seconds is None else self.seconds,
+            "state": "ended" if self.outcome else self.state,
+            "outcome": self.outcome,
+            "output_units": self.output_units,
             "approval": self.approval,
             "output": self.output,
         }
@@ -66,7 +73,9 @@ class LiveCall:
 class _Batch:
     calls: dict[str, dict[str, Any]] = field(default_factory=dict)  # started or changed: their fields
     output: dict[str, str] = field(default_factory=dict)  # appended since the last batch
+    output_units: dict[str, int] = field(default_factory=dict)  # call id: its output in all after this batch's
     ended: dict[str, str] = field(default_factory=dict)  # call id: outcome
+    seconds: dict[str, float] = field(default_factory=dict)  # call id: how long it ran, for those that ended
     approvals: dict[int, dict[str, Any]] = field(default_factory=dict)
     background: bool = False  # the background commands changed: pages reload that list
 
@@ -78,7 +87,9 @@ class _Batch:
             "type": "live.batch",
             "calls": list(self.calls.values()),
             "output": self.output,
+            "output_units": self.output_units,
             "ended": self.ended,
+            "seconds": self.seconds,
             "approvals": list(self.approvals.values()),
             "background": self.background,
         }
@@ -87,6 +98,7 @@ class _Batch:
 class LiveFeed:
     def __init__(self) -> None:
         self.calls: dict[str, LiveCall] = {}
+        self.ended_calls: deque[LiveCall] = deque(maxlen=ENDED_KEPT)
         self._batch = _Batch()
         self._flushing: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -114,16 +126,23 @@ class LiveFeed:
         if call is None or not text:
             return
         call.output = (call.output + text)[-OUTPUT_TAIL:]
+        call.output_units += len(text.encode("utf-16-le")) // 2
         pending = self._batch.output.get(call_id, "") + text
         self._batch.output[call_id] = pending[-BATCH_OUTPUT:]
+        self._batch.output_units[call_id] = call.output_units
         self._schedule()
 
     def ended(self, call_id: str, outcome: str) -> None:
-        if self.calls.pop(call_id, None) is None:
+        call = self.calls.pop(call_id, None)
+        if call is None:
             return
+        # Its last output stays in the batch: a page shows every byte up to the end, then how it ended.
         self._batch.calls.pop(call_id, None)
-        self._batch.output.pop(call_id, None)
+        call.outcome, call.seconds = outcome, round(time.monotonic() - call.began, 1)
         self._batch.ended[call_id] = outcome
+        self._batch.seconds[call_id] = call.seconds
+        if call.output_units or call.seconds >= FLUSH_SECONDS:  # one a page may have shown
+            self.ended_calls.append(call)
         self._schedule()
 
     def approval(self, described: dict[str, Any]) -> None:
@@ -144,6 +163,10 @@ class LiveFeed:
 
     def running(self) -> list[dict[str, Any]]:
         return [call.public() for call in sorted(self.calls.values(), key=lambda call: call.began)]
+
+    def recently_ended(self) -> list[dict[str, Any]]:
+        """The newest calls that ended while a page may have shown them, oldest first."""
+        return [call.public() for call in self.ended_calls]
 
     def stop(self, call_id: str) -> bool:
         """Cancel a running call (its command's process group ends with it); False if it is not running here."""

@@ -13,17 +13,18 @@ from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.forms import ModelForm
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
-from django.utils.html import format_html
+from django.utils import timezone
 
 from audit.log import request_actor
 from oauth import admin_clients, admin_devices, confinement, shown_once  # noqa: F401  (OAuth clients' pages; no devices)
 from oauth.agent_identity import agent_os_user
 from oauth.claude_code import claude_code_line
+from oauth.console_lists import ConsoleList, moment, status_badge, two_lines
 from oauth.credential_activity import (
     bearer_calls,
     credential_audit_url,
@@ -33,7 +34,7 @@ from oauth.credential_activity import (
     running_count,
 )
 from oauth.credentials import KIND_BEARER
-from oauth.models import SCOPE_ALL, SCOPE_WORDS, BearerToken, CredentialRotation, new_token_secret
+from oauth.models import SCOPE_ALL, SCOPE_CHOICES, SCOPE_WORDS, BearerToken, CredentialRotation, new_token_secret
 from oauth.token_form import NewTokenForm, RenameTokenForm
 from oauth.tokens import revoke_tokens, save_new_token
 from oauth.views.rotation import RESULT_URL_NAME, rotation_page, rotation_result
@@ -44,25 +45,36 @@ REVOKED_MESSAGE = (
     "Revoked token “{name}”. It is refused from its next request; its running tool calls were cancelled and its "
     "background processes are being stopped."
 )
+# "mcp: every tool" -> "every tool", under the scope in the list
+SCOPE_SHORT_WORDS = {scope: label.partition(": ")[2] for scope, label in SCOPE_CHOICES}
 
 
-def status_badge(status: str) -> str:
-    """The status as a word in a coloured badge (oauth/static/oauth/credentials.css): the colour is never alone."""
-    return format_html('<span class="credential-status credential-status-{}">{}</span>', status, status)
+class TokenStatusFilter(admin.SimpleListFilter):
+    title = "status"
+    parameter_name = "status"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -> list[tuple[str, str]]:
+        return [(status, status) for status in ("active", "expired", "revoked")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[BearerToken]) -> QuerySet[BearerToken]:
+        unexpired = Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now())
+        chosen = {
+            "active": Q(revoked_at__isnull=True) & unexpired,
+            "expired": Q(revoked_at__isnull=True) & ~unexpired,
+            "revoked": Q(revoked_at__isnull=False),
+        }.get(self.value() or "")
+        return queryset if chosen is None else queryset.filter(chosen)
 
 
 @admin.register(BearerToken)
-class BearerTokenAdmin(admin.ModelAdmin):
-    list_display = [
-        "name", "prefix", "user", "scope", "confinement_badge", "created_at", "last_used_at", "expires_at", "status",
-    ]  # fmt: skip
-    list_filter = ["scope", "confinement", ("revoked_at", admin.EmptyFieldListFilter), "user"]
+class BearerTokenAdmin(ConsoleList):
+    # What tells tokens apart, in cells that fit a 1280 px window (oauth.console_lists); the rest is on its page.
+    list_display = ["token", "status", "owner", "scope_cell", "confinement_badge", "last_used", "expires"]
+    list_filter = [TokenStatusFilter, "scope", "confinement", "user"]
+    list_select_related = ["user"]
     search_fields = ["name", "prefix", "user__username"]
     actions = ["revoke"]
     change_form_template = "admin/oauth/bearertoken/change_form.html"
-
-    class Media:
-        css = {"all": ["oauth/credentials.css"]}
 
     def get_form(self, request: HttpRequest, obj: BearerToken | None = None, change: bool = False,
                  **kwargs: Any) -> type[ModelForm[BearerToken]]:  # fmt: skip
@@ -88,13 +100,33 @@ class BearerTokenAdmin(admin.ModelAdmin):
     def may_revoke(self, request: HttpRequest) -> bool:
         return super().has_change_permission(request)
 
+    @admin.display(description="name", ordering="name")
+    def token(self, obj: BearerToken) -> str:
+        return two_lines(obj.name, f"{obj.prefix}…")
+
     @admin.display(description="status")
     def status(self, obj: BearerToken) -> str:
         return status_badge(obj.status)
 
+    @admin.display(description="owner", ordering="user__username")
+    def owner(self, obj: BearerToken) -> str:
+        return str(obj.user.get_username())
+
+    @admin.display(description="scope", ordering="scope")
+    def scope_cell(self, obj: BearerToken) -> str:
+        return two_lines(obj.scope, SCOPE_SHORT_WORDS.get(obj.scope, ""))
+
     @admin.display(description="confinement", ordering="confinement")
     def confinement_badge(self, obj: BearerToken) -> str:
         return confinement.badge(obj.confinement, obj.scope)
+
+    @admin.display(description="last use", ordering="last_used_at")
+    def last_used(self, obj: BearerToken) -> str:
+        return moment(obj.last_used_at, "never")
+
+    @admin.display(description="expires", ordering="expires_at")
+    def expires(self, obj: BearerToken) -> str:
+        return moment(obj.expires_at, "never")
 
     # --- the token's page -------------------------------------------------------------------------------------------
 

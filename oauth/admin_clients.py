@@ -10,6 +10,7 @@ Authorization codes live 60 seconds and OIDC is off, so their pages are dropped.
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 from django import forms
@@ -17,7 +18,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.contrib.auth import get_permission_codename, get_user_model
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Exists, OuterRef, Prefetch, QuerySet, Subquery
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -28,6 +29,7 @@ from oauth2_provider.models import AccessToken, Application, Grant, IDToken, Ref
 from audit.log import event, request_actor
 from oauth import confinement
 from oauth.agent_identity import agent_os_user
+from oauth.console_lists import ConsoleList, moment, status_badge, two_lines
 from oauth.credential_activity import (
     app_audit_url,
     app_calls,
@@ -38,6 +40,7 @@ from oauth.credential_activity import (
     running_count,
 )
 from oauth.credentials import KIND_OAUTH, application_label
+from oauth.lifetimes import refresh_token_seconds
 from oauth.models import (
     SCOPE_ALL,
     SCOPE_WORDS,
@@ -74,15 +77,12 @@ def may_revoke(request: HttpRequest, opts: Any) -> bool:
     return bool(request.user.has_perm(f"{opts.app_label}.{get_permission_codename('change', opts)}"))
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(ConsoleList):
     def has_revoke_permission(self, request: HttpRequest) -> bool:
         """Who may use the revoke actions and pages (`permissions=["revoke"]`)."""
         return may_revoke(request, self.opts)
 
     view_on_site = False  # the toolkit's get_absolute_url names its own views, which are not served here
-
-    class Media:
-        css = {"all": ["oauth/credentials.css"]}
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -138,19 +138,52 @@ def app_confinements(application: Application) -> list[dict[str, Any]]:
     ]
 
 
+def live_tokens_prefetched(now: datetime) -> list[Prefetch[Any]]:
+    """An app's live access tokens (`live_access`) and the refresh tokens that can still renew them
+    (`live_refresh`: unrevoked, their idle lifetime not over), with their users, for a page of the list."""
+    renewable = RefreshToken.objects.filter(user__isnull=False, revoked__isnull=True, access_token__isnull=False)
+    idle = refresh_token_seconds()
+    if idle is not None:
+        renewable = renewable.filter(access_token__expires__gt=now - timedelta(seconds=idle))
+    return [
+        Prefetch(
+            "accesstoken_set",
+            AccessToken.objects.filter(user__isnull=False, expires__gt=now).select_related("user"),
+            to_attr="live_access",
+        ),
+        Prefetch("refreshtoken_set", renewable.select_related("user", "access_token"), to_attr="live_refresh"),
+    ]
+
+
+def app_status(application: Application) -> str:
+    """active (it may call, or renew its access), revoked (every refresh token of it revoked), expired (its access
+    lapsed), or unused (it never got a token)."""
+    if getattr(application, "live_access", None) or getattr(application, "live_refresh", None):
+        return "active"
+    if getattr(application, "has_revoked_refresh", False) and not getattr(application, "has_open_refresh", False):
+        return "revoked"
+    registration = getattr(application, "sandstorm_registration", None)
+    if registration is not None and registration.last_token_at is None:
+        return "unused"
+    return "expired"
+
+
+def access_ends(application: Application) -> str:
+    """When its access ends unless it renews it: a renewable refresh token's idle lifetime after its access token's
+    expiry, else its newest access token's expiry."""
+    idle = refresh_token_seconds()
+    renewable = getattr(application, "live_refresh", [])
+    if renewable and idle is None:
+        return "when revoked"
+    ends = [token.expires for token in getattr(application, "live_access", [])]
+    ends += [refresh.access_token.expires + timedelta(seconds=idle or 0) for refresh in renewable]
+    return moment(max(ends, default=None))
+
+
 @admin.register(ConnectedApp)
 class ClientAdmin(ReadOnlyAdmin):
-    list_display = [
-        "name",
-        "client_id",
-        "registration_source",
-        "client_type",
-        "created",
-        "registered_from",
-        "last_token",
-        "live_tokens",
-        "confinement_badges",
-    ]
+    # What tells apps apart, in cells that fit a 1280 px window (oauth.console_lists); the rest is on its page.
+    list_display = ["app", "status", "users", "scope", "confinement_badges", "last_token", "expires"]
     list_filter = ["registration_source", "client_type"]
     search_fields = ["name", "client_id"]
     fields = [
@@ -167,28 +200,45 @@ class ClientAdmin(ReadOnlyAdmin):
     change_form_template = "admin/oauth/connectedapp/change_form.html"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Application]:
-        live = Q(accesstoken__expires__gt=timezone.now(), accesstoken__user__isnull=False)
+        refresh = RefreshToken.objects.filter(application=OuterRef("pk"), user__isnull=False)
         return (
             super()
             .get_queryset(request)
             .select_related("sandstorm_registration")
-            .prefetch_related("sandstorm_confinements")
-            .annotate(live_token_count=Count("accesstoken", filter=live, distinct=True))
+            .prefetch_related("sandstorm_confinements", *live_tokens_prefetched(timezone.now()))
+            .annotate(
+                has_revoked_refresh=Exists(refresh.filter(revoked__isnull=False)),
+                has_open_refresh=Exists(refresh.filter(revoked__isnull=True)),
+            )
         )
 
-    @admin.display(description="registered from")
-    def registered_from(self, obj: Application) -> str:
-        registration = getattr(obj, "sandstorm_registration", None)
-        return registration.client_address if registration else "—"
+    @admin.display(description="name", ordering="name")
+    def app(self, obj: Application) -> str:
+        return two_lines(obj.name or "(no name)", obj.client_id)
+
+    @admin.display(description="status")
+    def status(self, obj: Application) -> str:
+        return status_badge(app_status(obj))
+
+    @admin.display(description="users")
+    def users(self, obj: Application) -> str:
+        tokens = [*getattr(obj, "live_access", []), *getattr(obj, "live_refresh", [])]
+        return ", ".join(sorted({token.user.get_username() for token in tokens})) or "—"
+
+    @admin.display(description="scope")
+    def scope(self, obj: Application) -> str:
+        scopes = [token.scope for token in getattr(obj, "live_access", [])]
+        scopes += [refresh.access_token.scope for refresh in getattr(obj, "live_refresh", [])]
+        return " ".join(sorted({name for scope in scopes for name in scope.split()})) or "—"
 
     @admin.display(description="last token")
-    def last_token(self, obj: Application) -> object:
+    def last_token(self, obj: Application) -> str:
         registration = getattr(obj, "sandstorm_registration", None)
-        return registration.last_token_at if registration and registration.last_token_at else "never"
+        return moment(registration.last_token_at if registration else None, "never")
 
-    @admin.display(description="live access tokens")
-    def live_tokens(self, obj: Application) -> int:
-        return int(getattr(obj, "live_token_count", 0))
+    @admin.display(description="expires")
+    def expires(self, obj: Application) -> str:
+        return access_ends(obj)
 
     @admin.display(description="confinement")
     def confinement_badges(self, obj: Application) -> str:
@@ -225,6 +275,7 @@ class ClientAdmin(ReadOnlyAdmin):
         return {
             "app": application,
             "app_label": application_label(application.name, application.client_id),
+            "status_badge": status_badge(app_status(application)),
             "registration": registration,
             "approvals": approvals(application.client_id),
             "live_tokens": [{"token": token, "scope_words": scope_in_words(token.scope)} for token in tokens],
@@ -255,9 +306,6 @@ class ClientAdmin(ReadOnlyAdmin):
                 "title": f"Connected app “{application.name or application.client_id}”",
             }
         return super().change_view(request, object_id, form_url, extra_context)
-
-    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        return super().changelist_view(request, {"title": "Connected apps", **(extra_context or {})})
 
     def confinement_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """Change one user's profile of the app (POST from its page): the change permission, as revoking takes."""

@@ -26,6 +26,8 @@ class SandstormAdminSite(admin.AdminSite):
     site_title = "Sandstorm admin"
     index_title = "Status"
     login_form = ThrottledLoginForm  # the consent page signs in here too
+    site_url = None  # no "View site": the site's root is this console
+    logout_template = "admin/logged_out.html"
 
     def index(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> TemplateResponse:
         """A status page (sandstorm_site.home) above the stock list of models."""

@@ -17,6 +17,8 @@ from django.utils import timezone
 from django.utils.http import urlencode
 from oauth2_provider.models import Application
 
+from audit import recordings
+from audit.budget import human
 from audit.instances import HEARTBEAT_STALE, is_alive
 from audit.models import (
     KIND_STARTED,
@@ -209,6 +211,16 @@ def oauth_lifetimes() -> dict[str, str]:
     return {"access": in_words(access_token_seconds()), "idle": in_words(idle) if idle else ""}
 
 
+def recordings_status() -> dict[str, Any]:
+    """The recordings' size against their budget (audit/recordings.py), as the home shows it."""
+    state = recordings.state()
+    return {
+        "used": human(state["bytes"]),
+        "budget": human(state["budget"]) if state["budget"] else "",
+        "full": state["full"],
+    }
+
+
 def status_context() -> dict[str, Any]:
     now = timezone.now()
     return {
@@ -221,4 +233,5 @@ def status_context() -> dict[str, Any]:
         "failures": failures(now),
         "last_rotation": last_rotation(),
         "oauth_lifetimes": oauth_lifetimes(),
+        "recordings": recordings_status(),
     }

@@ -74,6 +74,12 @@ AUDIT_EXCERPT_BYTES = env_int("SANDSTORM_AUDIT_EXCERPT", 8192, minimum=256)
 AUDIT_READS_BEFORE = env_bool("SANDSTORM_AUDIT_READS_BEFORE", False)
 # Disk budget of the audit log (bytes; 0 = none): at it, tool calls are refused until an admin prunes or raises it.
 AUDIT_MAX_BYTES = env_int("SANDSTORM_AUDIT_MAX_BYTES", 10 * 1024**3)
+# Recordings of what calls printed, whole and with their timing (audit/recordings.py), in the state dir, never the
+# workspace: at most RECORDING_MAX_BYTES of output per call (past it, its head and tail), and RECORDINGS_MAX_BYTES
+# (compressed; 0 = none) in all. A full budget never fails a call: it is recorded as unrecorded.
+RECORDINGS_DIR = STATE_DIR / "recordings"
+RECORDING_MAX_BYTES = env_int("SANDSTORM_RECORDING_MAX_BYTES", 16 * 1024**2, minimum=4096)
+RECORDINGS_MAX_BYTES = env_int("SANDSTORM_RECORDINGS_MAX_BYTES", 5 * 1024**3)
 # Start even though the start-up check finds lost audit records or a damaged or missing database (for one start: the
 # loss is recorded in the audit log and the chain anchored anew; mcpserver/start_check.py).
 ACCEPT_AUDIT_LOSS = env_bool("SANDSTORM_ACCEPT_AUDIT_LOSS", False)
@@ -242,6 +248,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# One date format in the console, naming the zone ("2026-12-07 15:04:05 UTC"): sandstorm_site/formats.
+FORMAT_MODULE_PATH = ["sandstorm_site.formats"]
 STATIC_URL = "static/"
 STATIC_ROOT = STATE_DIR / "static"
 

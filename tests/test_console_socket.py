@@ -324,13 +324,22 @@ async def test_the_live_page_gets_calls_output_and_ends(app: Any, staff_session:
     communicator, _ = await connected(app, staff_session, f"{PATH}?live=1")
     call = {"call_id": "b" * 32, "tool": "terminal_exec", "credential_key": "oauth:3:7", "summary": "ls"}
     await get_channel_layer().group_send(
-        GROUP, batch(calls=[{**call, "output": "line 1\n"}], output={"b" * 32: "line 1\n"}, ended={"d" * 32: "ok"})
+        GROUP,
+        batch(
+            calls=[{**call, "output": "line 1\n"}],
+            output={"b" * 32: "line 1\n"},
+            output_units={"b" * 32: 7},
+            ended={"d" * 32: "ok"},
+            seconds={"d" * 32: 1.5},
+        ),
     )
     got = await communicator.receive_json_from(timeout=5)
     await communicator.disconnect()
     # The output once, in `output`: the tail a call carries is for the snapshot of a page that opens later.
-    assert got["calls"] == [{**call, "revoke_url": "/admin/oauth/connectedapp/3/revoke/"}]
+    recording = f"/admin/audit/calls/{'b' * 32}/recording.json"  # where a page picks the whole output up
+    assert got["calls"] == [{**call, "revoke_url": "/admin/oauth/connectedapp/3/revoke/", "recording_url": recording}]
     assert got["output"] == {"b" * 32: "line 1\n"} and got["ended"] == {"d" * 32: "ok"}
+    assert got["output_units"] == {"b" * 32: 7} and got["seconds"] == {"d" * 32: 1.5}
 
 
 @db

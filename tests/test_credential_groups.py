@@ -69,13 +69,21 @@ SCENARIO = textwrap.dedent(
     d.wait()
     time.sleep(0.2)
     after_one = {m: alive(m) for m in ("markA", "markB", "markC", "markD")}
+    # A call still running when its credential is revoked: the server that runs it cancels it (and says so), so
+    # only what it left in sessions of their own is killed here.
+    running = start("bearer:3", leave.format(m="markE") + "; exec -a markF%s sleep 60" % sys.argv[2])
+    time.sleep(0.3)
+    killed_running = asyncio.run(tracking.end(["bearer:3"], [], time.time()))
+    still = {m: alive(m) for m in ("markE", "markF")}
+    running.kill()
+    running.wait()
     killed_prefix = asyncio.run(tracking.end([], ["oauth:"], time.time()))
     after_prefix = {m: alive(m) for m in ("markB", "markC", "markD")}
     asyncio.run(tracking.end(["bearer:1", "bearer:2"], [], time.time()))
     leftover = {m: alive(m) for m in ("markA", "markB", "markC", "markD")}
     tracking.close()
     print(json.dumps({
-        "seen": seen, "strays": strays, "killed_none": killed_none, "killed": killed, "after_one": after_one,
+        "seen": seen, "strays": strays, "killed_running": killed_running, "still": still, "killed_none": killed_none, "killed": killed, "after_one": after_one,
         "killed_prefix": killed_prefix, "after_prefix": after_prefix, "leftover": leftover,
         "base_left": os.path.isdir(tracking.base),
     }))
@@ -85,8 +93,9 @@ SCENARIO = textwrap.dedent(
 
 @needs_cgroups
 def test_a_credentials_processes_are_ended_wherever_they_went(tmp_path: Path) -> None:
+    marker = uuid.uuid4().hex[:8]
     run = subprocess.run(
-        [sys.executable, "-c", SCENARIO, str(tmp_path), uuid.uuid4().hex[:8]],
+        [sys.executable, "-c", SCENARIO, str(tmp_path), marker],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -105,6 +114,8 @@ def test_a_credentials_processes_are_ended_wherever_they_went(tmp_path: Path) ->
     assert after["markA"] == [], "the forked-before-its-move process of the revoked credential survived"
     assert after["markB"] and after["markC"], "another credential's processes were ended"
     assert after["markD"], "a process started after the revocation was ended with the revoked ones"
+    assert seen["still"]["markE"] == [] and len(seen["still"]["markF"]) == 1
+    assert [p["command"].split()[0] for p in seen["killed_running"]] == [f"markE{marker}"]
     assert [p["credential"] for p in seen["killed_prefix"]] == ["oauth:7:1"]
     assert seen["after_prefix"]["markC"] == [] and seen["after_prefix"]["markB"]
     assert all(pids == [] for pids in seen["leftover"].values())

@@ -16,7 +16,7 @@ import pytest
 
 from mcpserver.executor import capture, jobs, processes, rlimits, spawn
 from mcpserver.executor.environment import clean_environment
-from mcpserver.executor.interface import BackgroundStart, ToolFailure
+from mcpserver.executor.interface import BackgroundStart, OutputEvent, ToolFailure
 from mcpserver.executor.jobs import JobOps
 from mcpserver.executor.paths import Workspace
 from mcpserver.executor.processes import ProcessOps, read_start_ticks
@@ -193,36 +193,61 @@ async def test_spill_file_is_cut_at_its_cap(executor: _Executor, monkeypatch: py
     assert len(data) < 10_100
 
 
-async def test_listener_gets_small_coalesced_chunks_at_most_four_times_a_second(executor: _Executor) -> None:
-    calls: list[tuple[float, str]] = []
+async def test_listener_gets_the_whole_output_in_order_at_most_four_sends_a_second(executor: _Executor) -> None:
+    sends: list[tuple[float, list[OutputEvent]]] = []
 
-    async def listener(text: str) -> None:
-        calls.append((time.monotonic(), text))
+    async def listener(events: list[OutputEvent]) -> None:
+        sends.append((time.monotonic(), events))
 
     command = "for i in $(seq 1 60); do seq 1 300; sleep 0.02; done"
     started = time.monotonic()
     result = await executor.run_command(command, None, 30, BUDGET, listener)
     elapsed = time.monotonic() - started
     assert result.exit_code == 0
-    assert 2 <= len(calls) <= elapsed * 4 + 1
-    assert all(0 < len(text) <= 1024 for _, text in calls)
-    gaps = [later - earlier for (earlier, _), (later, _) in zip(calls, calls[1:], strict=False)]
-    assert all(gap >= 0.2 for gap in gaps)
+    assert 2 <= len(sends) <= elapsed * 4 + 2
+    events = [event for _, batch in sends for event in batch]
+    assert "".join(text for _, _, text in events) == "".join(
+        "\n".join(map(str, range(1, 301))) + "\n" for _ in range(60)
+    )
+    assert [at for at, _, _ in events] == sorted(at for at, _, _ in events)
+    gaps = [later - earlier for (earlier, _), (later, _) in zip(sends[:-1], sends[1:-1], strict=False)]
+    assert all(gap >= 0.2 for gap in gaps)  # the last send, once the command has ended, comes at once
 
 
-async def test_listener_sees_each_line_of_slow_output(executor: _Executor) -> None:
-    texts: list[str] = []
+async def test_listener_sees_each_line_of_slow_output_with_its_time_and_stream(executor: _Executor) -> None:
+    events: list[OutputEvent] = []
 
-    async def listener(text: str) -> None:
-        texts.append(text)
+    async def listener(batch: list[OutputEvent]) -> None:
+        events.extend(batch)
 
-    await executor.run_command("for i in 1 2 3; do echo $i; sleep 0.4; done", None, 30, BUDGET, listener)
-    assert "".join(texts) == "1\n2\n3\n"
-    assert len(texts) <= 4
+    command = "for i in 1 2 3; do echo $i; sleep 0.4; done; echo last >&2"
+    await executor.run_command(command, None, 30, BUDGET, listener)
+    assert [(code, text) for _, code, text in events] == [("o", "1\n"), ("o", "2\n"), ("o", "3\n"), ("e", "last\n")]
+    assert events[1][0] - events[0][0] >= 0.35 and events[2][0] - events[1][0] >= 0.35
+
+
+async def test_listener_gets_the_head_and_tail_of_output_past_its_cap_and_how_much_was_left_out(
+    executor: _Executor,
+) -> None:
+    events: list[OutputEvent] = []
+
+    async def listener(batch: list[OutputEvent]) -> None:
+        events.extend(batch)
+
+    command = "for i in $(seq 1 100); do printf '%050d\\n' $i; sleep 0.003; done"
+    result = await executor.run_command(command, None, 30, BUDGET, listener, listen_max_bytes=1000)
+    assert result.stdout.count("\n") == 100  # the result is not the listener's business
+    texts = [text for _, code, text in events if code == "o"]
+    [note] = [text for _, code, text in events if code == "m"]
+    passed = "".join(texts)
+    assert passed.startswith(f"{1:050d}\n") and passed.endswith(f"{100:050d}\n")
+    assert len(passed.encode()) <= 1000 + 51
+    left_out = int(note.split()[0].lstrip("["))
+    assert left_out + len(passed.encode()) == 100 * 51 and "bytes of output left out here" in note
 
 
 async def test_failing_listener_does_not_stop_the_command(executor: _Executor) -> None:
-    async def listener(text: str) -> None:
+    async def listener(events: list[OutputEvent]) -> None:
         raise RuntimeError("client went away")
 
     result = await executor.run_command("echo a; sleep 0.3; echo b", None, 30, BUDGET, listener)

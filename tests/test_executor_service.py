@@ -25,7 +25,15 @@ import pytest
 from mcpserver.executor import child as child_module
 from mcpserver.executor import wire
 from mcpserver.executor.child import ExecutorChild
-from mcpserver.executor.interface import OPERATIONS, ExecResult, Executor, ExecutorError, OutputListener, ToolFailure
+from mcpserver.executor.interface import (
+    OPERATIONS,
+    ExecResult,
+    Executor,
+    ExecutorError,
+    OutputEvent,
+    OutputListener,
+    ToolFailure,
+)
 from mcpserver.executor.local import LocalExecutor
 from mcpserver.executor.remote import Connection, ExecutorFault, ExecutorLost, ExecutorUnavailable, RemoteExecutor
 from mcpserver.executor.service import refusal_for
@@ -140,10 +148,10 @@ async def test_the_executor_takes_its_socket_from_systemd(tmp_path: Path) -> Non
 
 
 async def test_a_command_streams_its_output_and_returns_its_result(child: ExecutorChild) -> None:
-    pieces: list[str] = []
+    pieces: list[list[OutputEvent]] = []
 
-    async def listener(text: str) -> None:
-        pieces.append(text)
+    async def listener(events: list[OutputEvent]) -> None:
+        pieces.append(events)
 
     command = "for i in 1 2 3; do echo line$i; sleep 0.3; done; echo oops >&2; exit 3"
     result = await remote(child).run_command(command, None, 30, 65536, listener)
@@ -154,7 +162,9 @@ async def test_a_command_streams_its_output_and_returns_its_result(child: Execut
         3,
         False,
     )
-    assert "".join(pieces).count("line") == 3 and len(pieces) >= 2  # it arrived as it was printed, not at the end
+    printed = [(code, text) for events in pieces for _at, code, text in events]
+    assert printed == [("o", "line1\n"), ("o", "line2\n"), ("o", "line3\n"), ("e", "oops\n")]
+    assert len(pieces) >= 2  # it arrived as it was printed, not at the end
 
 
 async def test_a_tool_failure_reaches_the_server_with_its_message(child: ExecutorChild) -> None:
@@ -200,7 +210,7 @@ async def test_the_client_sends_an_operations_arguments_by_name_and_its_listener
         sent.append((op, listener, args))
         return True
 
-    async def listener(text: str) -> None:
+    async def listener(events: list[OutputEvent]) -> None:
         pass
 
     executor = RemoteExecutor(str(tmp_path / "unused.sock"), str(tmp_path))
@@ -209,7 +219,18 @@ async def test_the_client_sends_an_operations_arguments_by_name_and_its_listener
     await executor.signal_group(1, 1, 7, signal.SIGTERM)
     await executor.prune_output()
     assert sent == [
-        ("run_command", listener, {"command": "true", "cwd": None, "timeout": 5, "output_budget": 100, "stream": True}),
+        (
+            "run_command",
+            listener,
+            {
+                "command": "true",
+                "cwd": None,
+                "timeout": 5,
+                "output_budget": 100,
+                "listen_max_bytes": 16 * 1024 * 1024,
+                "stream": True,
+            },
+        ),
         ("signal_group", None, {"pid": 1, "pgid": 1, "start_ticks": 7, "signum": signal.SIGTERM}),
         ("prune_output", None, {"max_bytes": None}),
     ]
@@ -262,14 +283,14 @@ async def test_a_commands_spawn_notice_comes_before_its_first_output(
             frames.append(next(iter(frame)))
         return frame
 
-    async def listener(text: str) -> None:
+    async def listener(events: list[OutputEvent]) -> None:
         pass
 
     monkeypatch.setattr(wire, "read_frame", reading)
     # Output at once, long before the notice's delay: the notice is sent first all the same.
     result = await remote(child).run_command("echo at once; sleep 0.5", None, 30, 65536, listener)
     assert result.stdout == "at once\n"
-    assert frames[:2] == ["spawned", "output"], frames
+    assert frames[:2] == ["spawned", "events"], frames
 
 
 async def test_an_executor_killed_mid_call_interrupts_the_call_and_the_next_call_works(

@@ -176,3 +176,25 @@ def test_the_live_page_streams_a_commands_output_and_stops_it(
     assert "line 100" not in output.inner_text()
     stopped = audit_events(server, "console.call_stopped")[-1]
     assert stopped["username"] == "admin" and stopped["tool"] == "terminal_exec" and marker in stopped["summary"]
+
+
+def test_the_live_page_shows_every_byte_up_to_the_exit_and_still_after_a_reload(
+    page: Page, server: LiveServer, calls: ThreadPoolExecutor
+) -> None:
+    """The end of a command's output came with its end and was lost; so was everything once the page reloaded."""
+    open_with_snapshot(page, f"{server.url}/admin/live/")
+    marker = uuid.uuid4().hex[:12]
+    command = f"echo {marker} a; sleep 0.6; echo b; sleep 0.6; echo c; sleep 0.3; echo d; echo final-stderr >&2"
+    future = call_in_thread(calls, server, "terminal_exec", {"command": command})
+    row = page.locator("#live-calls .live-call", has_text=marker)
+    output = row.locator(".live-call-output")
+    result = wait_until(page, result_of(future), what="the call's result")
+    assert isinstance(result, CallToolResult) and not result.is_error
+    wait_until(page, lambda: row.locator(".live-call-state").inner_text() == "ended: ok", what="the row ended")
+    expected = f"{marker} a\nb\nc\nd\nfinal-stderr\n"
+    assert output.inner_text() == expected
+    assert row.locator(".live-call-elapsed").inner_text() == "0:01"  # how long it ran (1.5 s), not the last tick
+
+    open_with_snapshot(page, f"{server.url}/admin/live/")  # a reload: the call is over
+    wait_until(page, lambda: output.count() == 1 and output.inner_text() == expected, what="the ended call again")
+    assert row.locator(".live-call-state").inner_text() == "ended: ok"

@@ -82,7 +82,9 @@ def finished_record(
     reason: str = "",
     duration_ms: int | None = None,
     instance_id: str = "",
+    recording: dict[str, Any] | None = None,
 ) -> AuditRecord:
+    """`recording`: what audit/recordings.py says of the call's recording (its SHA-256 among it), if it has one."""
     result = excerpt(result_text, settings.AUDIT_EXCERPT_BYTES)
     record = AuditRecord(
         kind=KIND_FINISHED,
@@ -100,6 +102,8 @@ def finished_record(
         result_sha256=result.sha256,
         detail={REDACTED_KEY: ["result"]} if result.masked else None,
     )
+    if recording is not None:
+        record.detail = {**(record.detail or {}), "recording": recording}
     # The finished record repeats who acted, so it can be read (and filtered) on its own.
     for name in ACTOR_FIELDS:
         setattr(record, name, getattr(started, name))

@@ -9,12 +9,9 @@ says so.
 
 from __future__ import annotations
 
-import asyncio
-import codecs
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -23,8 +20,6 @@ from mcpserver.executor.savedoutput import SavedOutput
 logger = logging.getLogger(__name__)
 
 SPILL_CAP = 256 * 1024 * 1024  # bytes per spill file; past it the file ends with a line saying it was cut
-PROGRESS_INTERVAL = 0.25  # seconds between listener calls: at most 4 a second
-PROGRESS_CHARS = 1024
 
 
 def spill_stem(label: str) -> str:
@@ -151,36 +146,3 @@ class StreamCapture:
         if self.budget_full:
             return f"the whole {self.name} was not saved: {self._saved.full_message()}"
         return f"the whole {self.name} is in {self.path}" if self.path else f"the whole {self.name} was not saved"
-
-
-class ProgressRelay:
-    """Passes recent output to a listener, coalesced: at most one call per PROGRESS_INTERVAL, 1024 chars each."""
-
-    def __init__(self, listener: Callable[[str], Awaitable[None]]) -> None:
-        self._listener = listener
-        self._decoders = {name: codecs.getincrementaldecoder("utf-8")(errors="replace") for name in ("1", "2")}
-        self._pending = ""
-        self._ready = asyncio.Event()
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    def feed(self, fd: int, data: bytes) -> None:
-        text = self._decoders[str(fd)].decode(data)
-        if text:
-            self._pending = (self._pending + text[-PROGRESS_CHARS:])[-PROGRESS_CHARS:]
-            self._ready.set()
-
-    def stop(self) -> None:
-        self._task.cancel()  # not awaited: the caller may itself be a cancelled task
-
-    async def _run(self) -> None:
-        while True:
-            await self._ready.wait()
-            self._ready.clear()
-            text, self._pending = self._pending, ""
-            try:
-                await self._listener(text)
-            except ConnectionError:
-                return  # the listener's connection is gone (its call was cancelled, the server stopped)
-            except Exception:  # a progress listener must never kill the command
-                logger.exception("output listener failed")
-            await asyncio.sleep(PROGRESS_INTERVAL)

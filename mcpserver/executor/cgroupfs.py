@@ -5,27 +5,38 @@ setsid and the death of their parents, and which no process can leave without wr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 MOUNTINFO = "/proc/self/mountinfo"
 
 
+FREEZE_WAIT = 1.0  # seconds for a group to be frozen before going on regardless
+
+
 def own_cgroup() -> Path | None:
     """The directory of this process's cgroup in the v2 hierarchy, or None if there is none mounted here."""
+    path = cgroup_of("self")
+    return path if path is not None and path.is_dir() else None
+
+
+def cgroup_of(pid: int | str) -> Path | None:
+    """The directory of process `pid`'s cgroup in the v2 hierarchy (None: no such process, or no hierarchy)."""
     mount = _v2_mount()
     if mount is None:
         return None
     try:
-        with open("/proc/self/cgroup", encoding="utf-8") as lines:
+        with open(f"/proc/{pid}/cgroup", encoding="utf-8") as lines:
             relative = next((line[3:].strip() for line in lines if line.startswith("0::")), None)
     except OSError:
         return None
     if relative is None or relative.endswith(" (deleted)"):
         return None
-    path = mount / relative.lstrip("/")
-    return path if path.is_dir() else None
+    return mount / relative.lstrip("/")
 
 
 def _v2_mount() -> Path | None:
@@ -93,6 +104,27 @@ def kill(group: Path) -> None:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+@contextlib.contextmanager
+def frozen(group: Path) -> Iterator[None]:
+    """`group` and below it stopped (cgroup.freeze), so that what is read of it holds until it is thawed; a fatal
+    signal still ends a frozen process. Where the kernel has no freezer, not stopped."""
+    control = group / "cgroup.freeze"
+    if not control.exists():
+        yield
+        return
+    control.write_text("1", encoding="ascii")
+    try:
+        deadline = time.monotonic() + FREEZE_WAIT
+        while "frozen 1" not in (group / "cgroup.events").read_text(encoding="ascii"):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.002)
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            control.write_text("0", encoding="ascii")
 
 
 def remove(group: Path) -> bool:

@@ -46,6 +46,7 @@ MAX_KEY_BYTES = 100
 SWEEPS = 100  # rounds of moving what a new process forked before its move; each round takes all there are
 END_WAIT = 2.0  # seconds to wait for a killed group to empty before leaving its removal to a later pass
 COMMAND_CHARS = 200
+PARENT_FIELD, SESSION_FIELD = 1, 3  # in /proc/<pid>/stat after the command name: ppid, and the session's id
 
 
 class HasPid(Protocol):
@@ -148,12 +149,7 @@ class CredentialGroups:
                     doomed.append((path, key))
                     if self._current.get(key) == path:
                         del self._current[key]
-            killed = [_described(pid, key) for path, key in doomed for pid in _all_members(path)]
-            for path, _key in doomed:
-                try:
-                    cgroupfs.kill(path)
-                except FileNotFoundError:
-                    pass  # emptied and removed meanwhile (by another executor's prune)
+            killed = [process for path, key in doomed for process in self._end_group(path, key)]
         deadline = time.monotonic() + END_WAIT
         while any(cgroupfs.populated(path) for path, _key in doomed) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
@@ -162,6 +158,32 @@ class CredentialGroups:
         if killed:
             logger.warning("ended %d process(es) of revoked credentials: %s", len(killed), killed)
         return killed
+
+    def _end_group(self, path: Path, key: str) -> list[dict[str, object]]:
+        """Kill what is in `path`, but for the commands of calls still running: their calls are being cancelled by the
+        server that runs them, which records them so (a revocation seen first by another process, `manage.py
+        revoke_token`, must not make them look as if they had failed). What was killed."""
+        try:
+            with cgroupfs.frozen(path):
+                members = _all_members(path)
+                doomed = [pid for pid in members if not self._of_a_running_call(pid)]
+                described = [_described(pid, key) for pid in doomed]
+                if len(doomed) == len(members):
+                    cgroupfs.kill(path)  # what forks meanwhile too
+                else:
+                    for pid in doomed:
+                        _kill(pid)
+        except FileNotFoundError:
+            return []  # emptied and removed meanwhile (by another executor's prune)
+        return described
+
+    def _of_a_running_call(self, pid: int) -> bool:
+        """Whether `pid` is in the session of a running foreground command: one whose session leader's parent is an
+        executor, in an executor's own group here (where no command can move itself)."""
+        leader = _stat_field(pid, SESSION_FIELD)
+        parent = _stat_field(leader, PARENT_FIELD) if leader else None
+        group = cgroupfs.cgroup_of(parent) if parent else None
+        return group is not None and group.parent == self.base and group.name.startswith("executor-")
 
     def _groups(self) -> list[tuple[str, int]]:
         found = []
@@ -219,6 +241,19 @@ def set_up(installation: str) -> Tracking:
 
 def _all_members(group: Path) -> list[int]:
     return [pid for top, _names, _files in os.walk(group) for pid in cgroupfs.members(Path(top))]
+
+
+def _stat_field(pid: int, index: int) -> int | None:
+    """A number of /proc/<pid>/stat after the command name, by its index there (PARENT_FIELD, SESSION_FIELD)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().decode("ascii", errors="replace").rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    try:
+        return int(fields[index])
+    except (IndexError, ValueError):
+        return None
 
 
 def _described(pid: int, key: str) -> dict[str, object]:

@@ -52,8 +52,11 @@ class BackgroundStart:
     log_path: str
 
 
-# Called with small pieces of new output while a command runs (for progress notifications).
-OutputListener = Callable[[str], Awaitable[None]]
+# A piece of a command's output: (seconds since it started, "o" stdout / "e" stderr / "m" a note, its text).
+OutputEvent = tuple[float, str, str]
+# Called with the output that came since the last call, in order, while a command runs and once it has ended
+# (relay.py): for the call's recording, the console's Live view and progress notifications.
+OutputListener = Callable[[list[OutputEvent]], Awaitable[None]]
 
 
 class Executor:
@@ -84,8 +87,15 @@ class Executor:
 
     # --- processes -----------------------------------------------------------------------------------------------
     async def run_command(
-        self, command: str, cwd: str | None, timeout: float, output_budget: int, listener: OutputListener | None
+        self,
+        command: str,
+        cwd: str | None,
+        timeout: float,
+        output_budget: int,
+        listener: OutputListener | None,
+        listen_max_bytes: int = 16 * 1024 * 1024,
     ) -> ExecResult:
+        """`listener` gets the whole output as it comes, up to `listen_max_bytes` (past it, its head and tail)."""
         raise NotImplementedError
 
     async def start_background(self, command: str, cwd: str | None, mode: str = "none") -> BackgroundStart:

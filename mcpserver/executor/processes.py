@@ -14,9 +14,10 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mcpserver.executor.capture import ProgressRelay, StreamCapture, spill_stem
+from mcpserver.executor.capture import StreamCapture, spill_stem
 from mcpserver.executor.interface import ExecResult, OutputListener, ToolFailure
 from mcpserver.executor.paths import Workspace
+from mcpserver.executor.relay import DEFAULT_CAP, OutputRelay
 from mcpserver.executor.savedoutput import SavedOutput
 from mcpserver.executor.spawn import Spawned, spawn
 
@@ -85,7 +86,7 @@ def _exit_code(child: Spawned, timed_out: bool) -> int:
     return 128 - code if code < 0 else code  # killed by signal N: 128+N, as a shell reports it
 
 
-def _sink(streams: dict[int, StreamCapture], relay: ProgressRelay | None) -> Callable[[int, bytes], None]:
+def _sink(streams: dict[int, StreamCapture], relay: OutputRelay | None) -> Callable[[int, bytes], None]:
     def take(number: int, data: bytes) -> None:
         streams[number].feed(data)
         if relay is not None:
@@ -105,6 +106,7 @@ async def run_process(
     saved: SavedOutput,
     label: str,
     on_spawn: SpawnListener | None = None,
+    listen_max_bytes: int = DEFAULT_CAP,
 ) -> ExecResult:
     """Run `argv` (no shell) in its own process group, keeping at most `output_budget` bytes of its output."""
     if not os.path.isdir(cwd):
@@ -113,7 +115,7 @@ async def run_process(
     # Unguessable: the name is what lets its reader page through it (terminal_output), and only the result holds it.
     stem = spill_stem(label) + secrets.token_hex(12)
     streams = {fd: StreamCapture(name, output_budget, saved, stem) for fd, name in ((1, "stdout"), (2, "stderr"))}
-    relay = ProgressRelay(listener) if listener is not None else None
+    relay = OutputRelay(listener, listen_max_bytes) if listener is not None else None
     started = loop.time()
     try:
         try:
@@ -132,6 +134,8 @@ async def run_process(
             _abandon(child)
             raise
         child.close_pipes()  # still open only if something the command left behind holds them past KILL_WAIT
+        if relay is not None:
+            await relay.finish()  # all of the output, the last line before the exit included, before the result
     finally:
         if relay is not None:
             relay.stop()
@@ -252,6 +256,7 @@ class ProcessOps:
         timeout: float,
         output_budget: int,
         listener: OutputListener | None,
+        listen_max_bytes: int = DEFAULT_CAP,
         on_spawn: SpawnListener | None = None,
     ) -> ExecResult:
         return await run_process(
@@ -264,6 +269,7 @@ class ProcessOps:
             saved=self.saved_output,
             label="exec",
             on_spawn=on_spawn,
+            listen_max_bytes=listen_max_bytes,
         )
 
     async def process_start_ticks(self, pid: int) -> int | None:

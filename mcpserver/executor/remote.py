@@ -19,7 +19,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from mcpserver.executor import confinement, credential_groups, wire
-from mcpserver.executor.interface import OPERATIONS, Executor, ExecutorError, OutputListener, ToolFailure
+from mcpserver.executor.interface import (
+    OPERATIONS,
+    Executor,
+    ExecutorError,
+    OutputEvent,
+    OutputListener,
+    ToolFailure,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -161,9 +168,9 @@ class RemoteExecutor(Executor):
                     raise ExecutorLost(str(error)) from error
                 if frame is None:
                     raise ExecutorLost("the executor closed the connection before answering")
-                if "output" in frame:
+                if "events" in frame:
                     if listener is not None:
-                        await listener(str(frame["output"]))
+                        await listener(output_events(frame["events"]))
                 elif "spawned" in frame:
                     spawned = frame["spawned"]
                 else:
@@ -213,6 +220,21 @@ class RemoteExecutor(Executor):
 
     async def identity(self) -> dict[str, Any]:
         return cast(dict[str, Any], await self.call("ping"))
+
+
+def output_events(value: object) -> list[OutputEvent]:
+    """The output events of a frame, as far as they have the shape relay.py gives them (others are dropped)."""
+    if not isinstance(value, list):
+        return []
+    return [
+        (float(event[0]), event[1], event[2])
+        for event in value
+        if isinstance(event, list)
+        and len(event) == 3
+        and isinstance(event[0], (int, float))
+        and event[1] in ("o", "e", "m")
+        and isinstance(event[2], str)
+    ]
 
 
 def _closed_by_peer(writer: asyncio.StreamWriter) -> bool:

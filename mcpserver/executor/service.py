@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mcpserver.executor import confinement, credential_groups, wire
-from mcpserver.executor.interface import OPERATIONS, ToolFailure
+from mcpserver.executor.interface import OPERATIONS, OutputEvent, ToolFailure
 from mcpserver.executor.local import LocalExecutor
 
 logger = logging.getLogger("sandstorm.executor")
@@ -182,9 +182,9 @@ class ExecutorService:
             if unsent:
                 writer.write(unsent.pop())
 
-        async def listener(text: str) -> None:
+        async def listener(events: list[OutputEvent]) -> None:
             send_notice()  # before any output: a server that has seen output knows the command's pid
-            writer.write(wire.encode({"output": text}))
+            writer.write(wire.encode({"events": events}))
             await writer.drain()
 
         def on_spawn(pid: int, start_ticks: int) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from django.conf import settings
 from pydantic import Field
 
 from mcpserver.background import find_started_process, record_signal
@@ -82,7 +83,9 @@ async def terminal_exec(
         return await run_until_background(call, command, cwd, background_after)
     # stdout and stderr travel twice (text and structured copy), so each copy gets under half of the cap.
     budget = (call.result_cap - 4 * ENVELOPE_BYTES) // 2
-    result = await call.executor.run_command(command, cwd, effective_timeout(timeout), budget, call.output)
+    result = await call.executor.run_command(
+        command, cwd, effective_timeout(timeout), budget, call.output, settings.RECORDING_MAX_BYTES
+    )
     return exec_result(result)
 
 

@@ -15,6 +15,7 @@ from django.utils import timezone as django_timezone
 from audit.anchor import anchor_chain_head, verify_anchored
 from audit.log import Actor, chain_head, event, lock_head
 from audit.models import AuditRecord, ChainCheckpoint
+from audit.recordings import names_up_to, remove
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def prune(cut: Cut, before: datetime, by: str) -> ChainCheckpoint:
 class Command(BaseCommand):
     help = (
         "Remove audit records created before a date (UTC midnight), started and finished records alike, in one "
-        "transaction. A checkpoint keeps the rest verifiable by audit_verify, and the prune is itself recorded as "
+        "transaction, and the recordings of the calls whose finished records go. A checkpoint keeps the rest verifiable by audit_verify, and the prune is itself recorded as "
         "an 'audit.pruned' event. The newest record is never removed, nor anything from a chain that does not verify. "
         "Without --yes, only shows what it would remove."
     )
@@ -122,7 +123,9 @@ class Command(BaseCommand):
             return
         self._check_chain(options["allow_broken"])
         user = getpass.getuser()
+        recordings = names_up_to(cut.last_id)
         checkpoint = prune(cut, before, user)
+        removed = remove(recordings)  # after the commit: a prune that failed keeps them all
         self._truncate_wal()
         try:
             # The anchor of the new head: audit_verify then knows the records before it went by a prune.
@@ -130,7 +133,8 @@ class Command(BaseCommand):
         except OSError as error:
             self.stderr.write(f"Warning: could not anchor the chain head after the prune ({error}).")
         self.stdout.write(
-            f"Pruned {summary}; the chain now starts after record {checkpoint.last_pruned_id} (checkpoint kept)."
+            f"Pruned {summary} and {removed} recordings of their calls; the chain now starts after record "
+            f"{checkpoint.last_pruned_id} (checkpoint kept)."
         )
 
     def _truncate_wal(self) -> None:

@@ -10,13 +10,15 @@ from django.db import DatabaseError
 
 from audit.anchor import verify_anchored
 from audit.models import ChainCheckpoint
+from audit.recordings import damaged_recordings
 
 
 class Command(BaseCommand):
     help = (
         "Verify the audit log: recompute every record's keyed mac, check that each record chains from the one "
         "before it, that the chain head names the newest record and that the chain reaches the newest head the server "
-        "anchored outside the database (<state dir>/audit_anchors). Exits 0 with a one-line summary if the chain is "
+        "anchored outside the database (<state dir>/audit_anchors), and that every call's recording matches the "
+        "SHA-256 its record keeps. Exits 0 with a one-line summary if the chain is "
         "intact; otherwise exits 1 naming the first bad record, or how many records are missing after the last "
         "anchor. Read-only; safe to run at any time."
     )
@@ -36,6 +38,14 @@ class Command(BaseCommand):
             )
         if anchored is not None and not anchored.ok:
             raise CommandError(f"FAILED: {anchored.message}.", returncode=1)
+        damaged = damaged_recordings()
+        if damaged:
+            for line in damaged:
+                self.stderr.write(f"FAILED: {line}")
+            raise CommandError(
+                f"FAILED: {len(damaged)} recording(s) do not match their records (the chain itself is intact).",
+                returncode=1,
+            )
         head = f"record {result.last_id}" if result.checked else "none, the log is empty"
         self.stdout.write(f"OK: {result.checked} records checked, chain intact (head: {head})")
         checkpoint = ChainCheckpoint.objects.order_by("-last_pruned_id").first()

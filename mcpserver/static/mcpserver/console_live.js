@@ -161,7 +161,10 @@
     }
 
     reset() {
-      this.incoming = { snapshot: null, calls: new Map(), output: new Map(), ended: new Map(), approvals: new Map(), background: null };
+      this.incoming = {
+        snapshot: null, calls: new Map(), output: new Map(), units: new Map(), ended: new Map(), seconds: new Map(),
+        approvals: new Map(), background: null,
+      };
     }
 
     status(state, text) {
@@ -184,7 +187,9 @@
         for (const [callId, text] of Object.entries(message.output || {})) {
           incoming.output.set(callId, ((incoming.output.get(callId) || "") + text).slice(-OUTPUT_LIMIT));
         }
+        for (const [callId, units] of Object.entries(message.output_units || {})) incoming.units.set(callId, units);
         for (const [callId, outcome] of Object.entries(message.ended || {})) incoming.ended.set(callId, outcome);
+        for (const [callId, seconds] of Object.entries(message.seconds || {})) incoming.seconds.set(callId, seconds);
         for (const approval of message.approvals || []) incoming.approvals.set(approval.id, approval);
         if (Array.isArray(message.background)) incoming.background = message.background;
       }
@@ -202,15 +207,15 @@
       if (snapshot) {
         this.replaceCards(snapshot.approvals || []);
         if (this.live) {
-          this.replaceCalls(snapshot.calls || []);
+          this.replaceCalls(snapshot.calls || [], snapshot.ended_calls || []);
           this.drawBackground(snapshot.background || []);
         }
       }
       for (const approval of incoming.approvals.values()) this.approval(approval);
       if (this.live) {
         for (const call of incoming.calls.values()) this.call(call);
-        for (const [callId, text] of incoming.output) this.calls.get(callId)?.append(text);
-        for (const [callId, outcome] of incoming.ended) this.endCall(callId, outcome);
+        for (const [callId, text] of incoming.output) this.calls.get(callId)?.append(text, false, incoming.units.get(callId));
+        for (const [callId, outcome] of incoming.ended) this.endCall(callId, outcome, incoming.seconds.get(callId));
         if (incoming.background) this.drawBackground(incoming.background);
         this.drawEmptyNotes();
       }
@@ -279,30 +284,40 @@
 
     // calls (the Live page)
 
-    replaceCalls(calls) {
+    replaceCalls(calls, endedCalls) {
       const seen = new Set(calls.map((call) => call.call_id));
       for (const [callId, row] of this.calls) {
         if (!seen.has(callId)) this.endCall(callId, "ended");
       }
-      for (const call of calls) this.call(call);
+      // Calls that ended before this page opened (or while it was away): shown as they ended, oldest first.
+      const shown = new Set(this.ended.map((row) => row.callId));
+      for (const call of endedCalls) {
+        if (shown.has(call.call_id) || this.calls.has(call.call_id)) continue;
+        const row = this.call(call);
+        this.endCall(call.call_id, call.outcome || "ended", call.elapsed);
+        row.pickUp(call.recording_url);
+      }
+      for (const call of calls) this.call(call)?.pickUp(call.recording_url);
     }
 
     call(call) {
       let row = this.calls.get(call.call_id);
-      if (!row) {
+      const fresh = !row;
+      if (fresh) {
         row = new CallRow(call, this);
         this.calls.set(call.call_id, row);
         document.getElementById("live-calls").prepend(row.root);
-        if (call.output) row.append(call.output);
+        if (call.output) row.append(call.output, false, call.output_units);
       }
       row.update(call);
+      return fresh ? row : null;
     }
 
-    endCall(callId, outcome) {
+    endCall(callId, outcome, seconds) {
       const row = this.calls.get(callId);
       if (!row) return;
       this.calls.delete(callId);
-      row.end(outcome);
+      row.end(outcome, seconds);
       this.ended.push(row);
       while (this.ended.length > ENDED_KEPT) this.ended.shift().root.remove();
     }
@@ -512,8 +527,12 @@
   class CallRow {
     constructor(call, view) {
       this.view = view;
+      this.callId = call.call_id;
       this.length = 0;
       this.carried = "";
+      this.received = ""; // the output as it came since the row was made, whole, for pickUp
+      this.receivedFrom = null; // the call's output, in UTF-16 units, before `received` began
+      this.whole = null; // the output from the recording, once picked up
       this.began = performance.now() - (call.elapsed || 0) * 1000;
       const root = el("article", "live-call");
       root.dataset.callId = call.call_id;
@@ -555,7 +574,14 @@
       this.state.dataset.state = call.state;
     }
 
-    append(raw, last = false) {
+    append(raw, last = false, unitsAfter = undefined) {
+      if (this.receivedFrom === null && unitsAfter !== undefined) this.receivedFrom = unitsAfter - raw.length;
+      if (this.whole !== null) this.whole += raw;
+      else if (this.received.length < OUTPUT_LIMIT) this.received += raw;
+      this.show(raw, last);
+    }
+
+    show(raw, last = false) {
       // A CR that ends a chunk may start the next one's CRLF: it is spelled out (or not) once that chunk comes.
       let text = this.carried + raw;
       this.carried = !last && text.endsWith("\r") ? "\r" : "";
@@ -573,12 +599,32 @@
       if (atBottom) output.scrollTop = output.scrollHeight;
     }
 
+    pickUp(url) {
+      // The output so far from the call's recording: a page opened while (or after) it ran shows all of it, not
+      // only the tail the server keeps in memory. What arrives meanwhile is added after what the recording had.
+      if (!url) return;
+      fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
+        .then((answer) => (answer.ok ? answer.json() : null))
+        .then((recorded) => {
+          if (!recorded || typeof recorded.text !== "string") return;
+          const from = this.receivedFrom === null ? recorded.units : this.receivedFrom;
+          const newer = this.received.slice(Math.max(0, recorded.units - from));
+          this.whole = recorded.text + newer;
+          this.output.textContent = "";
+          this.length = 0;
+          this.carried = "";
+          this.show(this.whole.slice(-OUTPUT_LIMIT), this.endedAs !== undefined);
+        })
+        .catch(() => {}); // no recording to pick up (or no right to read it): the tail stays
+    }
+
     tick() {
       if (this.endedAs === undefined) this.elapsed.textContent = duration((performance.now() - this.began) / 1000);
     }
 
-    end(outcome) {
-      if (this.carried) this.append("", true); // no CRLF came: the CR was alone
+    end(outcome, seconds) {
+      if (this.carried) this.show("", true); // no CRLF came: the CR was alone
+      if (typeof seconds === "number") this.elapsed.textContent = duration(seconds); // how long it ran, not the last tick
       this.endedAs = outcome;
       this.root.classList.add("live-call-ended");
       this.state.textContent = `ended: ${outcome}`;
