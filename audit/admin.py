@@ -45,6 +45,7 @@ from audit.visible import one_line
 # reads every record it may look at (about a second per million here); the exports always search everything.
 SEARCH_WINDOW = 200_000
 SUMMARY_CHARS = 80
+DESCRIPTION_CHARS = 500  # as terminal_exec takes it
 # The argument that says most about a call, by tool family; otherwise the first argument.
 SUMMARY_KEYS = ("command", "repo_url", "path", "packages", "message", "branch", "name", "pid")
 
@@ -90,6 +91,13 @@ def search_floor(request: HttpRequest, search_term: str) -> int:
         return 0
     newest = AuditRecord.objects.order_by("-id").values_list("id", flat=True).first() or 0
     return max(newest - SEARCH_WINDOW, 0)
+
+
+def agent_description(arguments: Any) -> str:
+    """What the agent said its command is for (terminal_exec's `description`), on one line, hidden characters
+    spelled out: the agent's words, which the page marks as such."""
+    described = arguments.get("description") if isinstance(arguments, dict) else None
+    return one_line(described, DESCRIPTION_CHARS) if isinstance(described, str) else ""
 
 
 def call_heading(record: AuditRecord) -> str:
@@ -144,6 +152,7 @@ def call_detail(record: AuditRecord) -> dict[str, Any]:
         "outcome": finished.outcome if finished else OUTCOME_RUNNING,
         "duration": format_duration(finished.duration_ms) if finished else "",
         "arguments_json": json.dumps(record.arguments, indent=2, ensure_ascii=False, sort_keys=True),
+        "agent_description": agent_description(record.arguments),
         "redacted": redacted_in(record, finished),
         "large_arguments": [
             {"name": name, "size": info.get("size"), "sha256": info.get("sha256")}

@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import time
 import zlib
 from collections.abc import Iterable
@@ -285,3 +286,29 @@ def remove(names: Iterable[str]) -> int:
             pass  # other calls of that day are kept
     USAGE.bytes = directory_bytes(root())
     return removed
+
+
+def copy_into(names: Iterable[str], directory: Path) -> tuple[int, int]:
+    """Copy these recordings into `directory` (a backup's; 0700), skipping those already there (a recording never
+    changes once its call has ended), and remove what it holds that is not among them (pruned since). How many were
+    copied, and how many were there in all."""
+    wanted = {name for name in names if NAME.fullmatch(name)}
+    directory.mkdir(mode=0o700, exist_ok=True)
+    copied = 0
+    for name in sorted(wanted):
+        source, target = path_of(name), directory / name
+        if not source.is_file() or (target.is_file() and target.stat().st_size == source.stat().st_size):
+            continue
+        target.parent.mkdir(mode=0o700, exist_ok=True)
+        partial = target.with_name(f".{target.name}.partial")
+        shutil.copyfile(source, partial)
+        os.chmod(partial, 0o600)
+        os.replace(partial, target)
+        copied += 1
+    for top, _dirs, files in os.walk(directory, topdown=False):
+        for file_name in files:
+            if os.path.relpath(os.path.join(top, file_name), directory) not in wanted:
+                os.unlink(os.path.join(top, file_name))
+        if top != str(directory) and not os.listdir(top):
+            os.rmdir(top)
+    return copied, len(wanted)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from contextvars import ContextVar, Token
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mcp.server.mcpserver import Context
@@ -13,6 +13,7 @@ from audit.log import Actor
 from audit.recordings import Recording, live_text
 from mcpserver.executor.interface import Executor, OutputEvent
 from mcpserver.live import LIVE
+from mcpserver.stop_reasons import StopNote
 from oauth.credentials import Principal
 
 logger = logging.getLogger(__name__)
@@ -29,6 +30,7 @@ class ToolCall:
     context: Context[Any, Any] | None = None
     call_id: str = ""  # the audit log's, once its started record is written
     recording: Recording | None = None  # of what its commands print, once its started record is written
+    stop_note: StopNote = field(default_factory=StopNote)  # why it was stopped, if someone stops it
     _progress: int = 0
 
     @property

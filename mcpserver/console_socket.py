@@ -320,10 +320,10 @@ class ConsoleSocket(AsyncJsonWebsocketConsumer):
 
     async def stop_call(self, actor: Actor, call_id: str) -> str:
         call = LIVE.calls.get(call_id)
-        if call is not None and LIVE.stop(call_id):
+        if call is not None and LIVE.stop(call_id, actor.username):
             stopped = {"tool": call.tool, "summary": call.summary[:500], "username": call.username}
         else:  # running in another worker, if anywhere
-            answer = await ask_workers_to_stop(call_id)
+            answer = await ask_workers_to_stop(call_id, actor.username)
             if answer is None:
                 raise ActionRefused(f"no call {call_id} is running (it may have ended)")
             stopped = {key: str(answer.get(key, ""))[:500] for key in ("tool", "summary", "username")}

@@ -41,7 +41,13 @@ from audit.models import (
 from audit.recordings import Recording
 from mcpserver.approvals.asking import hold_for_approval
 from mcpserver.approvals.holds import keep_waiting
-from mcpserver.approvals.requests import arguments_digest, consume_approved, covering_grant, summary_of
+from mcpserver.approvals.requests import (
+    arguments_digest,
+    consume_approved,
+    covering_grant,
+    description_of,
+    summary_of,
+)
 from mcpserver.call import ToolCall, audit_actor, mark_dispatched, principal_from_request, request_session
 from mcpserver.confinement_profile import profile_of
 from mcpserver.executor import confinement, credential_groups
@@ -134,7 +140,7 @@ async def dispatch(
     call = ToolCall(spec.name, principal, services.executor, services.result_cap, context)
     # A scope of its own, so the call can be cancelled from outside its request (disconnect, revocation).
     cancel_scope = anyio.CancelScope()
-    token = IN_FLIGHT.register(principal.key, actor.session_id, str(context.request_id), cancel_scope)
+    token = IN_FLIGHT.register(principal.key, actor.session_id, str(context.request_id), cancel_scope, call.stop_note)
     result = ToolResult.error("Error: the call was cancelled (client disconnected, credential revoked or stopped)")
     try:
         if decision.verdict.decision == "ask":  # after the concurrency check: an approval it uses is used up
@@ -230,8 +236,8 @@ async def run_audited(
         result = await _run(spec, call, arguments)
         return outcome_of(result), result
 
-    async def finish(outcome: str, result: ToolResult, recording: dict[str, Any] | None) -> bool:
-        await _finish(started, outcome, result, began, recording)
+    async def finish(outcome: str, result: ToolResult, ending: dict[str, Any]) -> bool:
+        await _finish(started, outcome, result, began, ending)
         return True  # a finished record the database refuses is held, never lost
 
     result, _ = await _live_and_recorded(started, call, cancel_scope, run, finish)
@@ -256,8 +262,8 @@ async def run_read(
         result = await _run(spec, call, arguments)
         return outcome_of(result), result
 
-    async def record(outcome: str, result: ToolResult, recording: dict[str, Any] | None) -> bool:
-        return await _record_read(started, outcome, result, began, recording)
+    async def record(outcome: str, result: ToolResult, ending: dict[str, Any]) -> bool:
+        return await _record_read(started, outcome, result, began, ending)
 
     result, recorded = await _live_and_recorded(started, call, cancel_scope, run, record)
     return result if recorded else ToolResult.error(READ_UNRECORDED.format(tool=spec.name))
@@ -268,7 +274,7 @@ async def _live_and_recorded(
     call: ToolCall,
     cancel_scope: anyio.CancelScope | None,
     run: Callable[[], Awaitable[tuple[str, ToolResult]]],
-    record: Callable[[str, ToolResult, dict[str, Any] | None], Awaitable[bool]],
+    record: Callable[[str, ToolResult, dict[str, Any]], Awaitable[bool]],
 ) -> tuple[ToolResult, bool]:
     """`run` as a call the live view shows, its end recorded by `record` with its recording: the result, and whether
     it was recorded."""
@@ -284,19 +290,22 @@ async def _live_and_recorded(
     except BaseException:
         # Cancelled by the client, a disconnect or shut-down: record it even inside the cancelled scope.
         with anyio.CancelScope(shield=True):
-            await record(OUTCOME_CANCELLED, ToolResult.error("cancelled"), call.recording.close())
+            stopped = call.stop_note.why()
+            ending = {"recording": call.recording.close(), "reason": stopped.sentence(), "stopped": stopped.as_detail()}
+            await record(OUTCOME_CANCELLED, ToolResult.error("cancelled"), ending)
         raise
     finally:
         LIVE.ended(started.call_id, outcome)
     # Shielded: a call with its result is not cancelled while that is recorded; it answers with it.
     with anyio.CancelScope(shield=True):
-        recorded = await record(outcome, result, call.recording.close())
+        recorded = await record(outcome, result, {"recording": call.recording.close()})
     return result, recorded
 
 
 async def _record_read(
-    started: AuditRecord, outcome: str, result: ToolResult, began: float, recording: dict[str, Any] | None
+    started: AuditRecord, outcome: str, result: ToolResult, began: float, ending: dict[str, Any]
 ) -> bool:
+    """`ending`: the finished record's fields about how the call ended (its recording; why it was stopped)."""
     duration_ms = _log_call(started, outcome, began)
     try:
         await acall_read(
@@ -306,7 +315,7 @@ async def _record_read(
             exit_code=result.exit_code,
             duration_ms=duration_ms,
             instance_id=INSTANCE_ID,
-            recording=recording,
+            **ending,
         )
     except DatabaseError as error:
         READS_REFUSED.note(error)
@@ -320,11 +329,13 @@ def _live_call(started: AuditRecord, call: ToolCall, scope: anyio.CancelScope | 
         call_id=started.call_id,
         tool=started.tool,
         summary=summary_of(started.tool, started.arguments),  # the audit log's copy: secrets masked
+        description=description_of(started.arguments),
         username=principal.username,
         credential_name=principal.credential_name,
         credential_key=principal.key,
         address=principal.client_address,
         scope=scope,
+        note=call.stop_note,
     )
 
 
@@ -348,9 +359,7 @@ def _log_call(started: AuditRecord, outcome: str, began: float) -> int:
     return duration_ms
 
 
-async def _finish(
-    started: AuditRecord, outcome: str, result: ToolResult, began: float, recording: dict[str, Any] | None
-) -> None:
+async def _finish(started: AuditRecord, outcome: str, result: ToolResult, began: float, ending: dict[str, Any]) -> None:
     duration_ms = _log_call(started, outcome, began)
     # The call has run: a finished record the database refuses is held and written again (audit.log.held).
     await afinish_call(
@@ -360,7 +369,7 @@ async def _finish(
         exit_code=result.exit_code,
         duration_ms=duration_ms,
         instance_id=INSTANCE_ID,
-        recording=recording,
+        **ending,
     )
 
 

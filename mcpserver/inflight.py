@@ -11,6 +11,8 @@ from datetime import datetime
 import anyio
 from django.utils import timezone
 
+from mcpserver.stop_reasons import DISCONNECT, SHUTDOWN, StopNote, Stopped
+
 
 @dataclass(eq=False)
 class InFlightCall:
@@ -18,6 +20,7 @@ class InFlightCall:
     session_id: str
     request_id: str
     scope: anyio.CancelScope
+    note: StopNote = field(default_factory=StopNote)  # why it was stopped, for its finished record
     started_at: datetime = field(default_factory=timezone.now)
 
 
@@ -27,8 +30,10 @@ class InFlightCalls:
     def __init__(self) -> None:
         self._calls: set[InFlightCall] = set()
 
-    def register(self, key: str, session_id: str, request_id: str, scope: anyio.CancelScope) -> InFlightCall:
-        call = InFlightCall(key, session_id, request_id, scope)
+    def register(
+        self, key: str, session_id: str, request_id: str, scope: anyio.CancelScope, note: StopNote | None = None
+    ) -> InFlightCall:
+        call = InFlightCall(key, session_id, request_id, scope, note or StopNote())
         self._calls.add(call)
         return call
 
@@ -40,20 +45,21 @@ class InFlightCalls:
 
     def cancel_request(self, session_id: str, request_ids: set[str]) -> int:
         """Cancel the calls of these JSON-RPC requests of one MCP session. Returns how many."""
-        return self._cancel(lambda call: call.session_id == session_id and call.request_id in request_ids)
+        chosen = lambda call: call.session_id == session_id and call.request_id in request_ids  # noqa: E731
+        return self._cancel(chosen, Stopped(DISCONNECT))
 
-    def cancel_credentials(self, covers: Callable[[str], bool], started_before: datetime) -> int:
+    def cancel_credentials(self, covers: Callable[[str], bool], started_before: datetime, reason: Stopped) -> int:
         """Cancel the calls of revoked credentials (`covers(key)`) that started before the revocation."""
-        return self._cancel(lambda call: call.started_at < started_before and covers(call.key))
+        return self._cancel(lambda call: call.started_at < started_before and covers(call.key), reason)
 
     def cancel_all(self) -> int:
         """Cancel every running call (the server is stopping). Returns how many."""
-        return self._cancel(lambda call: True)
+        return self._cancel(lambda call: True, Stopped(SHUTDOWN))
 
-    def _cancel(self, chosen: Callable[[InFlightCall], bool]) -> int:
+    def _cancel(self, chosen: Callable[[InFlightCall], bool], reason: Stopped) -> int:
         calls = [call for call in self._calls if chosen(call)]
         for call in calls:
-            call.scope.cancel()
+            call.note.stop(call.scope, reason)
         return len(calls)
 
 

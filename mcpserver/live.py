@@ -22,6 +22,8 @@ from channels.exceptions import ChannelFull
 from channels.layers import get_channel_layer
 from django.utils import timezone
 
+from mcpserver.stop_reasons import CONSOLE, StopNote, Stopped
+
 logger = logging.getLogger(__name__)
 GROUP = "sandstorm.console"
 FLUSH_SECONDS = 0.15
@@ -41,6 +43,7 @@ class LiveCall:
     credential_key: str
     address: str
     started_at: str = field(default_factory=lambda: timezone.now().isoformat())
+    description: str = ""  # the agent's words on what the command is for
     state: str = "running"  # or "awaiting_approval"
     approval: str = ""  # the request's label while it waits
     output: str = ""
@@ -49,12 +52,14 @@ class LiveCall:
     seconds: float | None = None  # how long it ran, once it has ended
     began: float = field(default_factory=time.monotonic)
     scope: anyio.CancelScope | None = field(default=None, repr=False)
+    note: StopNote = field(default_factory=StopNote, repr=False)
 
     def public(self) -> dict[str, Any]:
         return {
             "call_id": self.call_id,
             "tool": self.tool,
             "summary": self.summary[:SUMMARY_CHARS],
+            "description": self.description,
             "username": self.username,
             "credential_name": self.credential_name,
             "credential_key": self.credential_key,
@@ -168,12 +173,13 @@ class LiveFeed:
         """The newest calls that ended while a page may have shown them, oldest first."""
         return [call.public() for call in self.ended_calls]
 
-    def stop(self, call_id: str) -> bool:
-        """Cancel a running call (its command's process group ends with it); False if it is not running here."""
+    def stop(self, call_id: str, by: str) -> bool:
+        """Cancel a running call from the console, as staff user `by` (its command's process group ends with it);
+        False if it is not running here."""
         call = self.calls.get(call_id)
         if call is None or call.scope is None:
             return False
-        call.scope.cancel()
+        call.note.stop(call.scope, Stopped(CONSOLE, by))
         return True
 
     # --- sending -------------------------------------------------------------------------------------------------

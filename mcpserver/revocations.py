@@ -31,6 +31,7 @@ from mcpserver.inflight import InFlightCalls
 from mcpserver.models import BackgroundProcess
 from mcpserver.process import INSTANCE_ID
 from mcpserver.services import build_executor, registered
+from mcpserver.stop_reasons import REVOCATION, ROTATION, Stopped
 from mcpserver.workers import announce_revocation
 from oauth.models import Revocation
 
@@ -139,6 +140,13 @@ async def _stop_detached(revocation: Revocation, executor: Callable[[], Executor
         )
 
 
+def stopped_by(revocation: Revocation) -> Stopped:
+    """What the finished records of the calls a revocation cancels say of it."""
+    if revocation.reason == Revocation.REASON_ROTATION:
+        return Stopped(ROTATION, revocation.username)
+    return Stopped(REVOCATION, revocation.username, revocation.reason)
+
+
 class RevocationWatcher:
     """Applies each new Revocation row once in this server process."""
 
@@ -183,7 +191,9 @@ class RevocationWatcher:
     async def apply_new(self) -> None:
         revocations = [r async for r in Revocation.objects.filter(pk__gt=self._last_id).order_by("pk")]
         for revocation in revocations:
-            cancelled = self.inflight.cancel_credentials(revocation.covers, revocation.created_at)
+            cancelled = self.inflight.cancel_credentials(
+                revocation.covers, revocation.created_at, stopped_by(revocation)
+            )
             if cancelled:
                 logger.warning("cancelled %d running tool call(s) of revoked credentials (%s)", cancelled, revocation)
             self._last_id = revocation.pk

@@ -70,14 +70,16 @@ def announce_revocation() -> None:
     task.add_done_callback(_pending.discard)
 
 
-async def ask_workers_to_stop(call_id: str) -> dict[str, Any] | None:
-    """Ask every worker to stop call `call_id`; the answer of the one running it (its tool and user), or None."""
+async def ask_workers_to_stop(call_id: str, by: str) -> dict[str, Any] | None:
+    """Ask every worker to stop call `call_id`, for staff user `by`; the answer of the one running it (its tool and
+    user), or None."""
     layer = shared()
     if layer is None:
         return None
     try:
         reply_to = await layer.new_channel()
-        await layer.group_send(GROUP, {"type": "workers.stop_call", "call_id": call_id, "reply_to": reply_to})
+        message = {"type": "workers.stop_call", "call_id": call_id, "reply_to": reply_to, "by": by}
+        await layer.group_send(GROUP, message)
         answer = await asyncio.wait_for(layer.receive(reply_to), ANSWER_SECONDS)
     except TimeoutError:
         return None
@@ -159,7 +161,7 @@ class WorkerBus:
             self.on_revocation()
         elif kind == "workers.stop_call":
             call = LIVE.calls.get(str(message.get("call_id")))
-            if call is not None and LIVE.stop(call.call_id):
+            if call is not None and LIVE.stop(call.call_id, str(message.get("by", ""))):
                 answer = {"type": "workers.stopped", "call_id": call.call_id, "tool": call.tool}
                 await self._reply(message, {**answer, "summary": call.summary[:500], "username": call.username})
         elif kind == "workers.end_idle_session":

@@ -53,12 +53,14 @@ async def take_backups_while_loaded(server: LiveServer, token: str, copies: list
 
 
 def verify_audit_chain(copy: Path, server: LiveServer, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    """Run the audit verification against the copy, as a restore would: the copy plus the state dir's key files."""
+    """Run the audit verification against the copy, as a restore would: the copy, the state dir's key files, and the
+    recordings the backup put beside the copy."""
     restored = tmp_path / "restored"
     restored.mkdir(mode=0o700)
     shutil.copy(copy, restored / "sandstorm.sqlite3")
     for key in ("secret_key", "audit_key"):
         shutil.copy(server.state_dir / key, restored / key)
+    shutil.copytree(copy.with_name(f"{copy.name}.recordings"), restored / "recordings")  # the calls' recordings
     env = {**server.env, "SANDSTORM_STATE_DIR": str(restored)}
     env.pop("SANDSTORM_MCP_TOKEN", None)
     if (REPO / "audit" / "management" / "commands" / "audit_verify.py").exists():
@@ -89,6 +91,7 @@ async def test_backup_under_load_is_whole_and_its_audit_chain_verifies(tmp_path:
         finally:
             connection.close()
         assert finished > 0
+    assert list(copies[-1].with_name(f"{copies[-1].name}.recordings").rglob("*.jsonl.gz")), "no recordings copied"
     verified = verify_audit_chain(copies[-1], server, tmp_path)
     assert verified.returncode == 0, verified.stdout + verified.stderr
 

@@ -478,3 +478,27 @@ def test_the_executor_reads_its_limits_from_its_environment_and_names_a_bad_one(
     with pytest.raises(SystemExit):
         parse_args(argv)
     assert "SANDSTORM_TOOL_MAX_MEMORY must be 0 (off) or at least 67108864, not 12" in capsys.readouterr().err
+
+
+async def test_output_from_an_executor_of_the_version_before_still_reaches_the_listener(tmp_path: Path) -> None:
+    """During an upgrade the server may meet the old executor for a moment: its plain output frames still count."""
+    path = str(tmp_path / "old.sock")
+
+    async def old_executor(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await wire.read_frame(reader)
+        writer.write(wire.encode({"output": "from before\n"}))
+        done = ExecResult("from before\n", "", 0, False, False, 1, None, 12, 0)
+        writer.write(wire.encode({"ok": wire.to_wire(done)}))
+        await writer.drain()
+
+    server = await asyncio.start_unix_server(old_executor, path=path)
+    received: list[OutputEvent] = []
+
+    async def listener(events: list[OutputEvent]) -> None:
+        received.extend(events)
+
+    try:
+        result = await RemoteExecutor(path, str(tmp_path)).run_command("echo", None, 5, 1000, listener)
+    finally:
+        server.close()
+    assert result.stdout == "from before\n" and received == [(0.0, "o", "from before\n")]

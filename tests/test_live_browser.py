@@ -176,6 +176,13 @@ def test_the_live_page_streams_a_commands_output_and_stops_it(
     assert "line 100" not in output.inner_text()
     stopped = audit_events(server, "console.call_stopped")[-1]
     assert stopped["username"] == "admin" and stopped["tool"] == "terminal_exec" and marker in stopped["summary"]
+    # The call's own page says who stopped it and through which channel.
+    call_page = page.context.new_page()
+    call_page.goto(f"{server.url}/admin/audit/auditrecord/?q={marker}")
+    call_page.locator("#result_list tbody tr a").first.click()
+    wait_until(call_page, lambda: call_page.locator("#call-outcome").count(), what="the call page")
+    assert "stopped by admin from the console's Live view" in call_page.locator("#call-outcome").inner_text()
+    call_page.close()
 
 
 def test_the_live_page_shows_every_byte_up_to_the_exit_and_still_after_a_reload(
@@ -198,3 +205,22 @@ def test_the_live_page_shows_every_byte_up_to_the_exit_and_still_after_a_reload(
     open_with_snapshot(page, f"{server.url}/admin/live/")  # a reload: the call is over
     wait_until(page, lambda: output.count() == 1 and output.inner_text() == expected, what="the ended call again")
     assert row.locator(".live-call-state").inner_text() == "ended: ok"
+
+
+def test_the_agents_description_is_on_its_card_and_its_live_row_as_its_words(
+    page: Page, server: LiveServer, calls: ThreadPoolExecutor
+) -> None:
+    open_with_snapshot(page, f"{server.url}/admin/live/")
+    marker = uuid.uuid4().hex
+    said = f"prints a marker <b>{marker[:6]}</b>"
+    future = call_in_thread(calls, server, "terminal_exec", {"command": f"printf {marker}", "description": said})
+    card = page.locator("#live-approvals-cards .approval-card", has_text=marker)
+    card.wait_for(timeout=DEADLINE * 1000)
+    described = card.locator(".approval-description")
+    assert described.locator(".agent-says-label").inner_text().strip() == "The agent says:"
+    assert described.locator(".agent-says-words").inner_text() == said
+    row = page.locator("#live-calls .live-call", has_text=marker)
+    assert row.locator(".live-call-description .agent-says-words").inner_text() == said  # text, never markup
+    card.get_by_role("button", name="Approve once").click()
+    result = wait_until(page, result_of(future), what="the approved call's result")
+    assert isinstance(result, CallToolResult) and not result.is_error

@@ -3,6 +3,7 @@ revocation of OAuth clients in the admin."""
 
 from __future__ import annotations
 
+import getpass
 import re
 import uuid
 from collections.abc import Iterator
@@ -135,6 +136,13 @@ async def test_rotate_tokens_from_the_shell_cancels_calls_in_the_server_and_can_
                     lambda: server.manage("rotate_tokens", "--user", "ops", "--keep-bearer")
                 )
         assert "cancelled" in text_of(results["call"]) and live_pids_with(marker) == []
+        # The call's record says who stopped it and how: the rotation, by the OS user who ran the command.
+        [stopped] = server.database.query(
+            "SELECT f.reason FROM audit_auditrecord f JOIN audit_auditrecord s ON s.call_id = f.call_id "
+            "WHERE f.kind = 'call.finished' AND s.kind = 'call.started' AND CAST(s.arguments AS TEXT) LIKE %s",
+            f"%{marker}%",
+        )
+        assert stopped["reason"] == f"cancelled: all credentials were rotated by {getpass.getuser()}", stopped
 
         new_token = rotated.stdout.strip().splitlines()[-1]
         assert rotated.stdout.strip() == new_token, "the token alone, on the last line"

@@ -178,3 +178,15 @@ def test_the_search_spells_out_the_characters_the_live_view_spells_out() -> None
         return match.group(1)
 
     assert hidden(RECORDING_JS) == hidden(LIVE_JS)
+
+
+def test_the_agents_description_of_its_command_is_shown_as_its_words_escaped(admin_client: Client) -> None:
+    who = Actor(user_id=1, username="alice", credential_kind="bearer", credential_id="7", credential_name="laptop")
+    said = "runs the tests <script>alert(1)</script>\u202e reversed"
+    started = call_started(who, "terminal_exec", {"command": "make test", "description": said}, "test-instance")
+    page = call_page(admin_client, started)
+    line = re.search(r'<p id="call-description"[^>]*>(.*?)</p>', page, re.S)
+    assert line is not None and "The agent says:" in line[1]
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in line[1] and "<script>alert" not in line[1]
+    assert "\u27eaU+202E\u27eb" in line[1]  # the hidden character spelled out
+    assert 'id="call-description"' not in call_page(admin_client, make_call(None))

@@ -143,3 +143,17 @@ def test_a_prune_removes_the_recordings_of_the_calls_it_removes_and_keeps_the_re
     assert verified.getvalue().startswith("OK:")
     with gzip.open(paths[1], "rt") as stream:
         assert json.loads(stream.readline())["tool"] == "terminal_exec"
+
+
+def test_a_backup_copies_the_recordings_it_needs_once_and_drops_those_pruned_since(tmp_path: Path) -> None:
+    kept, pruned = Recording(call_id(), "terminal_exec"), Recording(call_id(), "terminal_exec")
+    for recording in (kept, pruned):
+        recording.write(EVENTS)
+        recording.close()
+    backup = tmp_path / "copy.sqlite3.recordings"
+    assert recordings.copy_into([kept.name, pruned.name, "../../etc/passwd"], backup) == (2, 2)
+    assert (backup / kept.name).read_bytes() == kept.path.read_bytes()
+    assert stat.S_IMODE((backup / kept.name).stat().st_mode) == 0o600
+    assert recordings.copy_into([kept.name, pruned.name], backup) == (0, 2)  # the next night: nothing new
+    assert recordings.copy_into([kept.name], backup) == (0, 1)
+    assert not (backup / pruned.name).exists() and (backup / kept.name).exists()

@@ -1,8 +1,8 @@
 """The 20 tools of the reference server stay as they were: names, titles, annotations, parameters and descriptions.
 
 tests/upstream_tools.json is tools/list as it was before the agent toolkit (issue 18) added tools beside them. The
-only changes allowed are the optional parameters that issue gives them (so far `file_read`'s `line_numbers`), and sentences added after a
-description.
+only changes allowed are the optional parameters that issue gives them (so far `file_read`'s `line_numbers`), the
+agent's `description` of a command (issue 32), and sentences added after a description.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from mcpserver.tool_server import build_server
 GOLDEN = json.loads((Path(__file__).parent / "upstream_tools.json").read_text())
 ADDED_PARAMETERS = {
     "file_read": {"line_numbers"},
-    "terminal_exec": {"background_after"},
-    "terminal_exec_background": {"stdin", "pty"},
+    "terminal_exec": {"background_after", "description"},
+    "terminal_exec_background": {"stdin", "pty", "description"},
 }
 
 
@@ -65,3 +65,10 @@ def test_every_tool_added_beside_them_publishes_an_output_schema(listed: list[di
     for tool in added:
         assert tool.get("outputSchema", {}).get("type") == "object", f"{tool['name']} has no outputSchema"
         assert "readOnlyHint" in tool["annotations"], f"{tool['name']} is not annotated"
+
+
+def test_an_agent_may_say_what_its_command_is_for_in_a_few_words(listed: list[dict[str, Any]]) -> None:
+    for name in ("terminal_exec", "terminal_exec_background"):
+        described = next(tool for tool in listed if tool["name"] == name)["inputSchema"]["properties"]["description"]
+        assert described["default"] is None and described["anyOf"][0]["maxLength"] == 500
+        assert "shown to the people who review and approve" in described["description"]

@@ -83,8 +83,10 @@ def finished_record(
     duration_ms: int | None = None,
     instance_id: str = "",
     recording: dict[str, Any] | None = None,
+    stopped: dict[str, Any] | None = None,
 ) -> AuditRecord:
-    """`recording`: what audit/recordings.py says of the call's recording (its SHA-256 among it), if it has one."""
+    """`recording`: what audit/recordings.py says of the call's recording (its SHA-256 among it), if it has one;
+    `stopped`: who stopped a cancelled call and how."""
     result = excerpt(result_text, settings.AUDIT_EXCERPT_BYTES)
     record = AuditRecord(
         kind=KIND_FINISHED,
@@ -104,6 +106,8 @@ def finished_record(
     )
     if recording is not None:
         record.detail = {**(record.detail or {}), "recording": recording}
+    if stopped is not None:  # a cancelled call: by whom and through which channel (mcpserver/stop_reasons.py)
+        record.detail = {**(record.detail or {}), "stopped": stopped}
     # The finished record repeats who acted, so it can be read (and filtered) on its own.
     for name in ACTOR_FIELDS:
         setattr(record, name, getattr(started, name))

@@ -37,6 +37,7 @@ CHANNEL_TIMEOUT = "timeout"
 CHANNEL_ENDED = "ended"  # the call ended first (client gone, server stopping)
 MAX_GRANT_MINUTES = 24 * 60
 MAX_REASON = 2000
+DESCRIPTION_CHARS = 500  # as terminal_exec takes it
 
 
 class DecisionRefused(Exception):
@@ -187,6 +188,7 @@ def describe(request: ApprovalRequest) -> dict[str, Any]:
         "expires_at": request.expires_at.isoformat(),
         "tool": request.tool,
         "summary": summary_of(request.tool, request.arguments),
+        "description": description_of(request.arguments),
         "arguments": request.arguments,
         "cwd": request.cwd,
         "username": request.username,
@@ -203,6 +205,12 @@ def describe(request: ApprovalRequest) -> dict[str, Any]:
         "reason": request.reason,
         "grant_minutes": request.grant_minutes,
     }
+
+
+def description_of(arguments: Any) -> str:
+    """What the agent said its command is for (terminal_exec's `description`): its words, to be shown as such."""
+    described = arguments.get("description") if isinstance(arguments, dict) else None
+    return described[:DESCRIPTION_CHARS] if isinstance(described, str) else ""
 
 
 def summary_of(tool: str, arguments: Any) -> str:

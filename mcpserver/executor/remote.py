@@ -171,6 +171,9 @@ class RemoteExecutor(Executor):
                 if "events" in frame:
                     if listener is not None:
                         await listener(output_events(frame["events"]))
+                elif "output" in frame:  # an executor from before output events (an upgrade under way)
+                    if listener is not None and isinstance(frame["output"], str):
+                        await listener([(0.0, "o", frame["output"])])
                 elif "spawned" in frame:
                     spawned = frame["spawned"]
                 else:

@@ -17,6 +17,16 @@ from mcpserver.tools.carry_on import run_until_background, start_recorded
 DEFAULT_TIMEOUT = 30.0
 MAX_TIMEOUT = 300.0
 CwdArg = Annotated[str | None, Field(description="Working directory; default the workspace root.")]
+# The agent's own words on what a command is for, shown (marked as the agent's) to the people who review and approve
+# calls; it changes nothing of what runs.
+DescriptionArg = Annotated[
+    str | None,
+    Field(
+        description="Optional: a few words on what this command does and why, shown to the people who review and "
+        "approve your calls.",
+        max_length=500,
+    ),
+]
 
 
 def exec_text(result: ExecResult) -> str:
@@ -73,6 +83,7 @@ async def terminal_exec(
             "as one output."
         ),
     ] = None,
+    description: DescriptionArg = None,
 ) -> ToolResult:
     """Run a shell command in the workspace and return its stdout, stderr and exit code.
 
@@ -98,6 +109,7 @@ async def terminal_exec_background(
     pty: Annotated[
         bool, Field(description="Run it in a pseudo-terminal (for sudo, ssh, REPLs, prompts); implies stdin.")
     ] = False,
+    description: DescriptionArg = None,
 ) -> ToolResult:
     """Start a long-running command detached; its output goes to a log file named in the result."""
     mode = "pty" if pty else "stdin" if stdin else "none"

@@ -1,4 +1,5 @@
-"""`manage.py backup PATH`: a consistent copy of the SQLite database, safe while the server runs."""
+"""`manage.py backup PATH`: a consistent copy of the SQLite database, safe while the server runs, and the recordings
+its records name, in PATH.recordings/ beside it."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from audit.recordings import copy_into
+
 # All pages in one step: the step reads one snapshot (WAL readers never block the server's writers), while small
 # steps would restart from the beginning each time another connection writes, which a busy server does constantly.
 ALL_PAGES = -1
@@ -21,8 +24,10 @@ ALL_PAGES = -1
 class Command(BaseCommand):
     help = (
         "Write a consistent copy of the SQLite database to PATH (mode 0600) with SQLite's online backup API, "
-        "safe while the server runs. Refuses to overwrite PATH unless --force. The copy holds the audit log; "
-        "the state dir's secret_key and audit_key files are needed beside it to use and verify it."
+        "safe while the server runs, and the recordings of the calls it holds into PATH.recordings/ (new ones "
+        "copied, pruned ones removed). Refuses to overwrite PATH unless --force. The copy holds the audit log; "
+        "the state dir's secret_key and audit_key files are needed beside it to use and verify it, and "
+        "PATH.recordings/ as its recordings/ directory."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -41,8 +46,12 @@ class Command(BaseCommand):
         began = time.monotonic()
         pages = copy_database(source, target)
         size = target.stat().st_size
+        copied, recorded = copy_into(recordings_named(target), recordings_beside(target))
         took = time.monotonic() - began
-        self.stdout.write(f"Backed up {source} to {target}: {pages} pages, {size} bytes, in {took:.1f}s.")
+        self.stdout.write(
+            f"Backed up {source} to {target}: {pages} pages, {size} bytes, and {recorded} recordings in "
+            f"{recordings_beside(target)} ({copied} new), in {took:.1f}s."
+        )
 
 
 def sqlite_database(database: Mapping[str, Any] | None = None) -> Path:
@@ -57,6 +66,25 @@ def sqlite_database(database: Mapping[str, Any] | None = None) -> Path:
     if not path.exists():
         raise CommandError(f"the database {path} does not exist yet (run manage.py migrate first)")
     return path
+
+
+def recordings_beside(target: Path) -> Path:
+    return target.with_name(f"{target.name}.recordings")
+
+
+def recordings_named(copy: Path) -> list[str]:
+    """The recordings the finished records in the copy name (the copy's own: what a restore of it needs)."""
+    connection = sqlite3.connect(f"{copy.as_uri()}?mode=ro", uri=True)
+    try:
+        rows = connection.execute(
+            "SELECT json_extract(detail, '$.recording.name') FROM audit_auditrecord "
+            "WHERE kind = 'call.finished' AND json_extract(detail, '$.recording.name') IS NOT NULL"
+        ).fetchall()
+    except sqlite3.Error as error:
+        raise CommandError(f"could not read the copy's recordings: {error}") from None
+    finally:
+        connection.close()
+    return [str(name) for (name,) in rows]
 
 
 def copy_database(source: Path, target: Path) -> int:

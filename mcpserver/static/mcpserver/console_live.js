@@ -58,6 +58,13 @@
     return node;
   }
 
+  // What the agent said its command is for: its words, marked as such (never taken for the console's).
+  function agentSays(className, text) {
+    const line = el("p", `agent-says ${className}`);
+    line.append(el("span", "agent-says-label", "The agent says: "), el("q", "agent-says-words", text));
+    return line;
+  }
+
   function duration(seconds) {
     seconds = Math.max(0, Math.floor(seconds));
     const hours = Math.floor(seconds / 3600);
@@ -391,6 +398,7 @@
       root.append(who);
       const whole = Boolean(view.live) || fitsTheCorner(approval.summary);
       root.append(...this.command(approval, whole));
+      if (approval.description) root.append(agentSays("approval-description", approval.description));
 
       const where = el("dl", "approval-where");
       if (approval.cwd) where.append(el("dt", "", "Directory"), el("dd", "approval-cwd", approval.cwd));
@@ -563,6 +571,7 @@
       }
       head.append(this.said);
       root.append(head, el("pre", "live-call-summary", call.summary));
+      if (call.description) root.append(agentSays("live-call-description", call.description));
       this.output = el("pre", "live-call-output");
       root.append(this.output);
       this.tick();
