@@ -39,7 +39,8 @@ from audit.filters import (
 )
 from audit.models import KIND_STARTED, AuditRecord
 from audit.views import policy_detail
-from audit.visible import one_line
+from audit.visible import one_line, shorten
+from audit.why import failure_line
 
 # A search in the list looks through this many newest records unless asked for all: a search that matches little
 # reads every record it may look at (about a second per million here); the exports always search everything.
@@ -48,6 +49,7 @@ SUMMARY_CHARS = 80
 DESCRIPTION_CHARS = 500  # as terminal_exec takes it
 # The argument that says most about a call, by tool family; otherwise the first argument.
 SUMMARY_KEYS = ("command", "repo_url", "path", "packages", "message", "branch", "name", "pid")
+LIST_DESCRIPTION_CHARS = 120  # the agent's description under the command, in the list (its page shows it all)
 
 RECENT_CALL_FIELDS = ("tool", "username", "credential_kind", "credential_id", "credential_name")
 
@@ -259,7 +261,8 @@ class AuditRecordAdmin(ReadOnlyAuditAdmin):
 
     # The user is shown in the credential's cell, under it: one column less to fit a 1280 px window.
     list_display = [
-        "time", "tool", "arguments_summary", "credential", "call_outcome", "duration", "call_exit_code", "call_redacted",
+        "time", "tool", "arguments_summary", "credential", "call_outcome", "call_failure", "duration", "call_exit_code",
+        "call_redacted",
     ]  # fmt: skip
     list_filter = ()
     # Only shows the search box: get_search_results does the searching, the same way as the exports.
@@ -321,7 +324,18 @@ class AuditRecordAdmin(ReadOnlyAuditAdmin):
 
     @admin.display(description="arguments")
     def arguments_summary(self, record: AuditRecord) -> str:
-        return argument_summary(record.arguments)
+        """The arguments in a line and, under them, the agent's description of the command when it gave one."""
+        summary = argument_summary(record.arguments)
+        described = agent_description(record.arguments)
+        if not described:
+            return summary
+        if len(described) > LIST_DESCRIPTION_CHARS:
+            described = shorten(described, LIST_DESCRIPTION_CHARS)
+        return format_html(  # the classes of the call page's description (audit.css): the agent's words, in italics
+            '{}<span class="agent-says audit-described"><span class="agent-says-label">agent says:</span> {}</span>',
+            summary,
+            described,
+        )
 
     @admin.display(description="credential")
     def credential(self, record: AuditRecord) -> str:
@@ -331,6 +345,10 @@ class AuditRecordAdmin(ReadOnlyAuditAdmin):
     def call_outcome(self, record: AuditRecord) -> str:
         finished = finished_of(record)
         return outcome_badge(finished.outcome if finished else OUTCOME_RUNNING)
+
+    @admin.display(description="why it failed", empty_value="")  # no "-" in every row of a call that did not fail
+    def call_failure(self, record: AuditRecord) -> str:
+        return failure_line(finished_of(record))
 
     @admin.display(description="duration")
     def duration(self, record: AuditRecord) -> str:

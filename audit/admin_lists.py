@@ -16,6 +16,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html
+from django.utils.text import capfirst
 
 from audit.models import AuditRecord
 
@@ -122,7 +123,9 @@ class ReadOnlyAuditAdmin(admin.ModelAdmin):
         return NoCountPaginator(queryset, per_page, page_number)
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        response = super().changelist_view(request, extra_context)
+        # Titled in words ("Security events"), not Django's "Select security event to view".
+        title = capfirst(str(self.opts.verbose_name_plural))
+        response = super().changelist_view(request, {"title": title, **(extra_context or {})})
         context = getattr(response, "context_data", None)
         changelist = context.get("cl") if context else None
         if context and isinstance(changelist, ChangeList):

@@ -1,7 +1,8 @@
 """The filter bar above the call list: links and plain GET forms (no script) that set the parameters of
 audit.filters, so every view is a URL. One click on a link changes one thing and keeps the rest: a date range, an
-outcome toggled in or out, a quick view ("failed yesterday"); the tool, credential and user menus are forms of
-checkboxes, for several at once; the custom from–to is a form of two date inputs.
+outcome or an exit code toggled in or out, a quick view ("failed yesterday"); the tool, credential and user menus
+are forms of checkboxes, for several at once; the custom from–to is a form of two date inputs, another exit code a
+form of one number.
 """
 
 from __future__ import annotations
@@ -12,13 +13,35 @@ from dataclasses import dataclass, field
 from django.utils.http import urlencode
 from django.utils.text import Truncator
 
-from audit.filters import DATE_FILTERS, FILTER_PARAMS, OUTCOME_FAILED, OUTCOME_VALUES, RANGES, SEARCH_PARAM
+from audit.filters import (
+    DATE_FILTERS,
+    EXIT_CODE_NONZERO,
+    FILTER_PARAMS,
+    OUTCOME_FAILED,
+    OUTCOME_VALUES,
+    RANGES,
+    SEARCH_PARAM,
+)
 
 PAGE_PARAM = "p"
 OPTION_LABEL_CHARS = 48
 # The quick views: one click for the question the list is most often asked.
 QUICK_VIEWS = (("Failed today", "today"), ("Failed yesterday", "yesterday"), ("Failed, past 7 days", "7d"))
 KIND_LABELS = {"bearer": "admin-issued token", "oauth": "OAuth client"}
+# The exit codes offered as links, with what they usually mean (a program may use them otherwise); the form beside
+# them takes any other.
+EXIT_CODES = {
+    "0": "success",
+    EXIT_CODE_NONZERO: "every exit code but 0",
+    "1": "general error",
+    "2": "usage error (for many programs)",
+    "124": "timed out (the server stopped it)",
+    "126": "found but not executable",
+    "127": "command not found",
+    "130": "interrupted (SIGINT)",
+    "137": "killed (SIGKILL)",
+    "143": "terminated (SIGTERM)",
+}
 
 
 @dataclass(frozen=True)
@@ -26,6 +49,7 @@ class Link:
     label: str
     url: str
     active: bool = False
+    title: str = ""
 
 
 @dataclass(frozen=True)
@@ -56,6 +80,8 @@ class FilterBar:
     since: str
     until: str
     dates_hidden: list[tuple[str, str]]
+    exit_codes: list[Link] = field(default_factory=list)
+    exit_code_hidden: list[tuple[str, str]] = field(default_factory=list)
     active: list[Link] = field(default_factory=list)
     clear_url: str = ""
 
@@ -97,6 +123,16 @@ def outcome_links(params: dict[str, list[str]]) -> list[Link]:
     chosen = _given(params, "outcome")
     links = [Link("any", query(params, outcome=None), not chosen)]
     links += [Link(value, query(params, outcome=toggled(chosen, value)), value in chosen) for value in OUTCOME_VALUES]
+    return links
+
+
+def exit_code_links(params: dict[str, list[str]]) -> list[Link]:
+    """Any, then each of EXIT_CODES toggled in or out, then the codes chosen that are not among them (to remove)."""
+    chosen = _given(params, "exit_code")
+    links = [Link("any", query(params, exit_code=None), not chosen)]
+    offered = {**EXIT_CODES, **{value: "" for value in chosen if value not in EXIT_CODES}}
+    for value, meaning in offered.items():
+        links.append(Link(value, query(params, exit_code=toggled(chosen, value)), value in chosen, meaning))
     return links
 
 
@@ -159,6 +195,8 @@ def filter_bar(
         since=(_given(params, "since") or [""])[-1],
         until=(_given(params, "until") or [""])[-1],
         dates_hidden=hidden_inputs(params, DATE_FILTERS),
+        exit_codes=exit_code_links(params),
+        exit_code_hidden=hidden_inputs(params, []),  # the code typed is one more, beside those chosen
         active=active,
         clear_url=query({}) if active else "",
     )

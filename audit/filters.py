@@ -3,13 +3,15 @@
 
 Every filter is a GET parameter, so a filtered view is a URL that can be shared and reloaded. Repeating a parameter
 selects several values (`?outcome=error&outcome=timeout`, `?tool=a&tool=b`); `outcome=failed` stands for every
-outcome but ok. The date parameters narrow together: `range` (today, yesterday, 7d, 30d: whole days in the current
-time zone, today included), `since` and `until` (YYYY-MM-DD, both days included) and `created_at__gte` and
-`created_at__lt` (a date or an ISO date-time, as the overview's links write them). An empty value (an unfilled form
-field) is no filter; anything else that is not understood is an InvalidFilter naming the parameter.
+outcome but ok, `exit_code=nonzero` for every exit code but 0. The date parameters narrow together: `range` (today,
+yesterday, 7d, 30d: whole days in the current time zone, today included), `since` and `until` (YYYY-MM-DD, both days
+included) and `created_at__gte` and `created_at__lt` (a date or an ISO date-time, as the overview's links write
+them). An empty value (an unfilled form field) is no filter; anything else that is not understood is an
+InvalidFilter naming the parameter.
 
 Each filter names the kind of record it reads, so the database can use the partial indexes of audit.models: tool,
-user, credential and session on the started record, the outcome (an IN over its values) on the finished one.
+user, credential and session on the started record, the outcome (an IN over its values) on the finished one. The
+exit code, which has no index, is read from each call's finished record as the list walks the calls newest first.
 """
 
 from __future__ import annotations
@@ -44,10 +46,15 @@ SEARCH_PARAM = "q"
 # The changelist's own parameters (page, ordering, error flag, show all, facets, search all records): they select
 # nothing. (An export always searches all records.)
 PASSIVE_PARAMS = frozenset({"p", "o", "e", "all", "_facets", "search_all"})
-VALUE_FILTERS = ("tool", "outcome", "user", "credential", "credential_kind", "credential_name", "session")
+VALUE_FILTERS = (
+    "tool", "outcome", "exit_code", "user", "credential", "credential_kind", "credential_name", "session",
+)  # fmt: skip
 DATE_FILTERS = ("range", "since", "until", "created_at__gte", "created_at__lt")
 FILTER_PARAMS = (*VALUE_FILTERS, *DATE_FILTERS)
 DAY_PATTERN = re.compile(r"\d{4}-\d{2}-\d{2}")
+EXIT_CODE_NONZERO = "nonzero"  # every exit code but 0 (a call without one, such as file_read's, has none to match)
+EXIT_CODE_PATTERN = re.compile(r"-?\d{1,10}")
+EXIT_CODE_LIMIT = 2**31  # the column is a 32-bit integer
 
 Params = MultiValueDict[str, str] | Mapping[str, str | Sequence[str]]
 
@@ -141,6 +148,39 @@ def _outcome(queryset: QuerySet[AuditRecord], values: Sequence[str]) -> QuerySet
     return queryset.filter(running | by_outcome if chosen else running)
 
 
+def exit_codes(values: Sequence[str]) -> tuple[set[int], bool]:
+    """The whole numbers among `values` and whether `nonzero` is one of them; InvalidFilter for anything else."""
+    codes: set[int] = set()
+    nonzero = False
+    for value in values:
+        text = value.strip()
+        if text == EXIT_CODE_NONZERO:
+            nonzero = True
+        elif EXIT_CODE_PATTERN.fullmatch(text) and -EXIT_CODE_LIMIT <= int(text) < EXIT_CODE_LIMIT:
+            codes.add(int(text))
+        else:
+            raise InvalidFilter(
+                "exit_code", f"{value!r} is not a whole number (such as 1 or 127) or {EXIT_CODE_NONZERO}"
+            )
+    return codes, nonzero
+
+
+def _exit_code(queryset: QuerySet[AuditRecord], values: Sequence[str]) -> QuerySet[AuditRecord]:
+    codes, nonzero = exit_codes(values)
+    if nonzero:
+        by_code = Q(finished_record__exit_code__lt=0) | Q(finished_record__exit_code__gt=0)
+        if 0 in codes:  # "0 or nonzero": any exit code at all
+            by_code |= Q(finished_record__exit_code=0)
+    else:
+        chosen = sorted(codes)
+        by_code = (
+            Q(finished_record__exit_code=chosen[0]) if len(chosen) == 1 else Q(finished_record__exit_code__in=chosen)
+        )
+    # No index of its own: like the outcome, the list reads it from each call's finished record as it walks the calls
+    # newest first (the plan of tests/test_audit_filters.py); a common code fills a page soon, a rare one reads on.
+    return queryset.filter(Q(finished_record__kind=KIND_FINISHED) & by_code)
+
+
 def _credential(queryset: QuerySet[AuditRecord], values: Sequence[str]) -> QuerySet[AuditRecord]:
     matches = Q()
     for value in values:
@@ -162,6 +202,7 @@ def _column(column: str) -> Callable[[QuerySet[AuditRecord], Sequence[str]], Que
 VALUE_FILTER_QUERIES: dict[str, Callable[[QuerySet[AuditRecord], Sequence[str]], QuerySet[AuditRecord]]] = {
     "tool": _column("tool"),
     "outcome": _outcome,
+    "exit_code": _exit_code,
     "user": _column("username"),
     "credential": _credential,
     "credential_kind": _column("credential_kind"),

@@ -71,6 +71,7 @@ def admin_page_paths(older_page: int) -> dict[str, tuple[str, bytes]]:
     week_ago = (datetime.now(UTC) - timedelta(days=7)).date().isoformat()
     return {
         "list_filtered": (ADMIN_LIST + "?tool=file_read", b"file_read"),
+        "list_exit_code": (ADMIN_LIST + "?exit_code=1", b"result_list"),  # read from the finished records, no index
         "list_last_7_days": (ADMIN_LIST + f"?created_at__gte={week_ago}", b"result_list"),
         "list_search": (ADMIN_LIST + "?q=pytest", b"pytest"),
         "list_search_no_match": (ADMIN_LIST + "?q=no-such-words-anywhere", b"Showing none"),

@@ -235,7 +235,8 @@ def table(results: dict[str, Any]) -> str:
         f"| 6 | audit list page, warm ({warm['n']}) | {ms(warm['median_ms'])} | {ms(warm['p95_ms'])} | | < {PAGE_LIMIT_S} s | {met(found, 'list_warm')} |"
     )
     for name, label in (
-        ("list_filtered", "filtered by tool"), ("list_last_7_days", "filtered by date (last 7 days)"),
+        ("list_filtered", "filtered by tool"), ("list_exit_code", "filtered by exit code (1)"),
+        ("list_last_7_days", "filtered by date (last 7 days)"),
         ("list_search", "search (matches)"), ("list_search_no_match", "search matching nothing (newest 200,000 records)"),
         ("list_search_all_no_match", "search matching nothing, all records"), ("list_older_page", f"page {results['sizes']['older_page']}"),
         ("overview", "overview page"),

@@ -64,7 +64,8 @@ class BackgroundProcessAdmin(admin.ModelAdmin):
         return False  # the registry is what the audit log's pids refer to
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        response = super().changelist_view(request, extra_context)
+        # Titled in words, not Django's "Select background command to view".
+        response = super().changelist_view(request, {"title": "Background commands", **(extra_context or {})})
         if isinstance(response, TemplateResponse) and response.context_data and "cl" in response.context_data:
             rows = list(response.context_data["cl"].result_list)
             for row, state in zip(rows, job_states(rows), strict=True):

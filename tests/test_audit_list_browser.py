@@ -1,7 +1,7 @@
-"""The audit list as an admin uses it, in headless Chromium at 1280 px: every column that matters in the window,
-outcomes as coloured badges, "failed yesterday" of one credential in two clicks (and through the link the token page
-uses), several outcomes and tools at once, a custom from–to, a shared URL showing the same rows, and security
-events read as sentences.
+"""The audit list as an admin uses it, in headless Chromium at 1280 px: every column that matters in the window (why
+a call failed and the agent's description of its command among them), outcomes as coloured badges, "failed
+yesterday" of one credential in two clicks (and through the link the token page uses), several outcomes and tools
+at once, exit codes, a custom from–to, a shared URL showing the same rows, and security events read as sentences.
 
 Calls are appended to the live server's chain with the times a test needs (yesterday, today) by `manage.py shell`,
 under credentials of this module's own, so rows of other tests never match.
@@ -27,8 +27,19 @@ pytestmark = [pytest.mark.live, pytest.mark.browser]
 
 LIST = "/admin/audit/auditrecord/"
 WIDTH = 1280
-COLUMNS = ("time", "tool", "arguments_summary", "credential", "call_outcome", "duration", "call_exit_code")
+COLUMNS = (
+    "time",
+    "tool",
+    "arguments_summary",
+    "credential",
+    "call_outcome",
+    "call_failure",
+    "duration",
+    "call_exit_code",
+)
 LONG_PATH = "/srv/" + "deeply-nested-directory-name/" * 12 + "file.txt"
+# A failed command's first line of stderr with no space to wrap at: the list cuts it and wraps it inside its column.
+LONG_ERROR = f"bash: {LONG_PATH}: No such file or directory"
 
 SEED = """
 import json
@@ -48,7 +59,7 @@ for call in spec["calls"]:
     finished = AuditRecord(
         kind="call.finished", created_at=at, call_id=call["call_id"], tool=call["tool"], started=started,
         outcome=call["outcome"], exit_code=call["exit_code"], duration_ms=1234, instance_id="audit-list-browser",
-        result_excerpt="seeded",
+        result_excerpt=call["result"],
     )
     append_all([finished])
 for name, actor, detail in spec["events"]:
@@ -66,7 +77,8 @@ class Seeded:
 
 
 def call(marker: str, label: str, at: datetime, credential: tuple[str, str], tool: str, outcome: str,
-         arguments: dict[str, str] | None = None) -> dict[str, object]:  # fmt: skip
+         arguments: dict[str, str] | None = None, exit_code: int | None = None,
+         result: str = "seeded") -> dict[str, object]:  # fmt: skip
     return {
         "call_id": uuid.uuid4().hex,
         "at": at.isoformat(),
@@ -75,7 +87,8 @@ def call(marker: str, label: str, at: datetime, credential: tuple[str, str], too
         "credential_id": credential[0],
         "credential_name": credential[1],
         "outcome": outcome,
-        "exit_code": 0 if outcome == "ok" else 2,
+        "exit_code": exit_code if exit_code is not None else 0 if outcome == "ok" else 2,
+        "result": result,
     }
 
 
@@ -89,7 +102,7 @@ def seeded(live_server: LiveServer) -> Seeded:
     yesterday = midnight - timedelta(days=1)
     calls = [
         call(marker, "y-error", yesterday + timedelta(hours=9), laptop, "terminal_exec", "error"),
-        call(marker, "y-timeout", yesterday + timedelta(hours=10), laptop, "terminal_exec", "timeout"),
+        call(marker, "y-timeout", yesterday + timedelta(hours=10), laptop, "terminal_exec", "timeout", exit_code=124),
         call(
             marker,
             "y-read-ok",
@@ -101,7 +114,16 @@ def seeded(live_server: LiveServer) -> Seeded:
         ),
         call(marker, "y-git-denied", yesterday + timedelta(hours=12), laptop, "git_status", "denied"),
         call(marker, "y-ci-error", yesterday + timedelta(hours=13), ci, "terminal_exec", "error"),
-        call(marker, "t-error", max(midnight, now - timedelta(minutes=1)), laptop, "terminal_exec", "error"),
+        call(
+            marker,
+            "t-error",
+            max(midnight, now - timedelta(minutes=1)),
+            laptop,
+            "terminal_exec",
+            "error",
+            exit_code=127,
+            result=f"stderr:\n{LONG_ERROR}\n\nexit_code: 127",
+        ),
         call(
             marker,
             "t-long",
@@ -118,7 +140,10 @@ def seeded(live_server: LiveServer) -> Seeded:
             ci,
             "terminal_exec",
             "ok",
-            {"command": f"echo {marker} t-long-command --an-option-with-a-long-name=" + "v" * 300},
+            {
+                "command": f"echo {marker} t-long-command --an-option-with-a-long-name=" + "v" * 300,
+                "description": "Print a long option to see how the list wraps it; " + "w" * 200,
+            },
         ),  # fmt: skip
     ]
     session = {"username": "admin", "credential_kind": "session", "client_address": "10.0.0.5"}
@@ -190,6 +215,14 @@ def test_the_list_at_1280_px_shows_the_columns_that_matter_without_scrolling_sid
         box = header.bounding_box()
         assert box is not None and box["width"] > 0 and box["x"] >= 0 and box["x"] + box["width"] <= WIDTH, column
     row = page.locator("#result_list tbody tr", has_text=f"{seeded.marker} t-error")
+    why = row.locator("td.field-call_failure")
+    assert why.inner_text().startswith(LONG_ERROR[:60]) and why.inner_text().endswith("…")  # stderr's first line, cut
+    assert why.evaluate("cell => cell.scrollWidth <= cell.clientWidth")  # wrapped inside its column
+    described = page.locator("#result_list tbody tr", has_text=f"{seeded.marker} t-long-command").locator(
+        "td.field-arguments_summary .agent-says"
+    )
+    assert described.inner_text().startswith("agent says: Print a long option")
+    assert described.evaluate("element => getComputedStyle(element).fontStyle") == "italic"
     assert row.locator("th.field-time").inner_text().endswith(" UTC")
     badge = row.locator("td.field-call_outcome .audit-outcome")
     assert badge.inner_text() == "error"
@@ -260,6 +293,26 @@ def test_several_outcomes_and_several_tools_at_once(wide_page: Page, live_server
     assert labels(page, seeded.marker) == {"y-read-ok", "y-git-denied", "t-long"}
     tools = set(page.locator("#result_list td.field-tool").all_inner_texts())
     assert tools == {"file_read", "git_status"}
+
+
+def test_the_exit_code_filter_narrows_the_list(wide_page: Page, live_server: LiveServer, seeded: Seeded) -> None:
+    page = wide_page
+    page.goto(f"{live_server.url}{LIST}?credential=bearer:{seeded.laptop}")
+    assert labels(page, seeded.marker) >= {"y-error", "y-read-ok", "t-error", "t-long"}
+    page.locator("#audit-filter-exit-code").get_by_role("link", name="127", exact=True).click()
+    page.wait_for_url(lambda url: "exit_code=127" in url)
+    assert labels(page, seeded.marker) == {"t-error"}
+    page.fill("#audit-exit-code", "124")  # one the links do offer, typed: the same filter
+    page.click("#audit-exit-code-apply")
+    page.wait_for_url(lambda url: "exit_code=124" in url)
+    assert query_of(page) == {"credential": [f"bearer:{seeded.laptop}"], "exit_code": ["127", "124"]}
+    assert labels(page, seeded.marker) == {"t-error", "y-timeout"}
+    page.locator("#audit-filter-exit-code").get_by_role("link", name="nonzero", exact=True).click()
+    page.wait_for_url(lambda url: "exit_code=nonzero" in url)
+    assert labels(page, seeded.marker) == {"y-error", "y-timeout", "y-git-denied", "t-error"}
+    page.locator("#audit-filter-exit-code").get_by_role("link", name="any", exact=True).click()
+    page.wait_for_url(lambda url: "exit_code" not in url)
+    assert labels(page, seeded.marker) >= {"y-read-ok", "t-long"}
 
 
 def test_a_custom_from_to_range_keeps_whole_days(wide_page: Page, live_server: LiveServer, seeded: Seeded) -> None:

@@ -102,8 +102,8 @@ def test_the_admin_pages_and_audit_verify_ran_on_the_seeded_records(quick_run: t
     admin = quick_run[0]["admin"]
     assert admin["records"] == 10_000
     assert admin["pages"]["list_first_s"] > 0 and positive(admin["pages"]["list_warm"])
-    for name in ("list_filtered", "list_last_7_days", "list_search", "list_search_no_match", "list_search_all_no_match",
-                 "list_older_page", "overview"):  # fmt: skip
+    for name in ("list_filtered", "list_exit_code", "list_last_7_days", "list_search", "list_search_no_match",
+                 "list_search_all_no_match", "list_older_page", "overview"):  # fmt: skip
         assert positive(admin["pages"][name]), name
     assert (
         admin["verify"]["ok"] and admin["verify"]["records_checked"] >= 10_000 and 0 < admin["verify"]["verify_s"] < 60

@@ -9,8 +9,9 @@ import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.contrib import admin
 from django.contrib.auth.models import User
-from django.test import Client, override_settings
+from django.test import Client, RequestFactory, override_settings
 from django.utils import timezone
 from django.utils.formats import date_format
 from oauth2_provider.models import AccessToken, Application, RefreshToken
@@ -114,3 +115,30 @@ def test_one_date_format_names_its_zone_in_the_server_time_zone(admin_client: Cl
     AccessToken.objects.create(user=admin_user, scope="mcp", token="dated", expires=moment)
     listed = admin_client.get("/admin/oauth/connectedappaccesstoken/").content.decode()  # a stock admin cell
     assert "2026-12-07 15:04:05 UTC" in listed
+
+
+def heading_and_title(page: str) -> tuple[str, str]:
+    heading, title = re.search(r"<h1>(.*?)</h1>", page, re.S), re.search(r"<title>(.*?)</title>", page, re.S)
+    assert heading is not None and title is not None
+    return heading.group(1), title.group(1)
+
+
+def test_no_list_of_the_console_is_titled_select_to_change_or_to_view(admin_client: Client, admin_user: User) -> None:
+    request = RequestFactory().get("/admin/")
+    request.user = admin_user
+    lists = [model["admin_url"] for app in admin.site.get_app_list(request) for model in app["models"]]
+    assert {"/admin/auth/user/", "/admin/auth/group/", "/admin/audit/securityevent/"} <= set(lists)
+    titles = {}
+    for url in lists:
+        response = admin_client.get(url, follow=True)  # a list that is a page of its own (the policy) redirects
+        assert response.status_code == 200, url
+        titles[url] = heading_and_title(response.content.decode())
+    stock = {url: shown for url, shown in titles.items() if re.search(r"Select .* to (change|view)", " ".join(shown))}
+    assert stock == {}
+    for url, heading in (
+        ("/admin/auth/user/", "Users"),
+        ("/admin/auth/group/", "Groups"),
+        ("/admin/audit/securityevent/", "Security events"),
+        ("/admin/mcpserver/backgroundprocess/", "Background commands"),
+    ):
+        assert titles[url] == (heading, f"{heading} | Sandstorm admin"), url

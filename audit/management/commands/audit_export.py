@@ -13,7 +13,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import QuerySet
 
 from audit.export import CSV_HEADER, call_queryset, csv_line, export_rows, filter_calls, jsonl_line
-from audit.filters import OUTCOME_VALUES, RANGES, SEARCH_PARAM, InvalidFilter
+from audit.filters import EXIT_CODE_NONZERO, OUTCOME_VALUES, RANGES, SEARCH_PARAM, InvalidFilter
 from audit.models import AuditRecord
 
 FORMATS: dict[str, Callable[[dict[str, Any]], str]] = {"jsonl": jsonl_line, "csv": csv_line}
@@ -23,6 +23,7 @@ FORMATS: dict[str, Callable[[dict[str, Any]], str]] = {"jsonl": jsonl_line, "csv
 OPTION_PARAMS = {
     "tool": "tool",
     "outcome": "outcome",
+    "exit_code": "exit_code",
     "user": "user",
     "credential": "credential",
     "credential_kind": "credential_kind",
@@ -101,6 +102,7 @@ class Command(BaseCommand):
         for option, what in (
             ("tool", "the tool"),
             ("outcome", f"the outcome ({', '.join(OUTCOME_VALUES)}; failed is every outcome but ok and pending)"),
+            ("exit-code", f"the exit code (a whole number, or {EXIT_CODE_NONZERO} for every code but 0)"),
             ("user", "the user"),
             ("credential", "the credential, written kind:id (bearer:3)"),
             ("credential-kind", "the credential kind (bearer, oauth)"),
