@@ -58,6 +58,7 @@ async def test_each_call_has_one_started_and_one_finished_record_with_its_princi
         "cwd": None,
         "timeout": None,
         "background_after": None,
+        "description": None,
     }
     assert (finished["outcome"], finished["exit_code"]) == ("error", 3)
     assert marker in finished["result_excerpt"] and 0 <= finished["duration_ms"] <= elapsed_ms
@@ -101,7 +102,9 @@ async def test_secrets_in_arguments_are_redacted_but_hashed_over_the_original(li
         assert secret not in stored
     assert "[REDACTED]" in stored
     original = json.dumps(
-        {"command": command, "cwd": None, "timeout": 5.0, "background_after": None}, sort_keys=True, ensure_ascii=False
+        {"command": command, "cwd": None, "timeout": 5.0, "background_after": None, "description": None},
+        sort_keys=True,
+        ensure_ascii=False,
     ).encode()
     assert started["arguments_sha256"] == hashlib.sha256(original).hexdigest()
 

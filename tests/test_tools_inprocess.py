@@ -83,6 +83,7 @@ async def test_a_call_and_its_records_started_before_and_finished_after_with_its
         "cwd": None,
         "timeout": None,
         "background_after": None,
+        "description": None,
     }
     assert (finished.outcome, finished.exit_code) == ("error", 3)
     assert marker in finished.result_excerpt
