@@ -19,13 +19,18 @@ from mcpserver.dispatch import call_parts, record_denied
 from mcpserver.limits import LimitsUnavailable, RateLimiter, RequestLimit
 from mcpserver.process import INSTANCE_ID
 from mcpserver.responses import send_json
-from oauth.credentials import InsufficientScope, Principal
+from oauth.credentials import CredentialSuspended, InsufficientScope, Principal
 from oauth.models import SCOPE_ALL, SCOPE_READ
 
 logger = logging.getLogger(__name__)
 
 Authenticator = Callable[..., Awaitable[Principal | None]]
 DENIED_RECORDS_PER_MINUTE = 10
+CREDENTIAL_SUSPENDED = -32001  # in JSON-RPC's range for server errors (mcpserver.endpoint's session refusal: -32000)
+SUSPENDED_WORDS = (
+    "This credential is suspended by an administrator of this Sandstorm server: its requests are refused until an "
+    "administrator resumes it."
+)
 
 
 def client_address(scope: Scope) -> str:
@@ -74,6 +79,10 @@ class BearerAuthMiddleware:
             except InsufficientScope:
                 await self.record_failure(client_address(scope), "insufficient_scope")
                 await self.insufficient_scope(send)
+                return
+            except CredentialSuspended as suspended:
+                await self.record_failure(client_address(scope), f"suspended {suspended.kind} credential")
+                await self.suspended(send)
                 return
         if principal is None:
             await self.record_failure(client_address(scope), "invalid_token" if raw else "missing_token")
@@ -131,6 +140,16 @@ class BearerAuthMiddleware:
             "error": "insufficient_scope",
             "error_description": f"The token carries neither {SCOPE_ALL} nor {SCOPE_READ}.",
         }
+        await send_json(send, 403, body, [(b"www-authenticate", challenge.encode())])
+
+    async def suspended(self, send: Send) -> None:
+        """403, not 401: the token is genuine, and a 401 would send an OAuth client to renew it (or its user to sign
+        in again) in a loop. The body is a JSON-RPC error, which the MCP SDK's client hands its caller as it is."""
+        challenge = (
+            f'Bearer error="invalid_token", error_description="The credential is suspended by an administrator", '
+            f'resource_metadata="{self.resource_metadata_url}"'
+        )
+        body = {"jsonrpc": "2.0", "id": None, "error": {"code": CREDENTIAL_SUSPENDED, "message": SUSPENDED_WORDS}}
         await send_json(send, 403, body, [(b"www-authenticate", challenge.encode())])
 
     async def too_many(self, send: Send, wait: float) -> None:

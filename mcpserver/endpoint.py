@@ -59,6 +59,7 @@ class McpEndpoint:
         if isinstance(entry, str):
             await self.too_many_sessions(send, principal, entry)
             return
+        entry.principal = principal  # for the console's page of open sessions
         opening = OPENING.set(entry)
         try:
             await self.runner.manager.handle_request(scope, receive, send)

@@ -48,6 +48,10 @@ class InFlightCalls:
         chosen = lambda call: call.session_id == session_id and call.request_id in request_ids  # noqa: E731
         return self._cancel(chosen, Stopped(DISCONNECT))
 
+    def cancel_session(self, session_id: str, reason: Stopped) -> int:
+        """Cancel every call of one MCP session (the console disconnected it). Returns how many."""
+        return self._cancel(lambda call: call.session_id == session_id, reason)
+
     def cancel_credentials(self, covers: Callable[[str], bool], started_before: datetime, reason: Stopped) -> int:
         """Cancel the calls of revoked credentials (`covers(key)`) that started before the revocation."""
         return self._cancel(lambda call: call.started_at < started_before and covers(call.key), reason)

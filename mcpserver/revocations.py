@@ -31,7 +31,7 @@ from mcpserver.inflight import InFlightCalls
 from mcpserver.models import BackgroundProcess
 from mcpserver.process import INSTANCE_ID
 from mcpserver.services import build_executor, registered
-from mcpserver.stop_reasons import REVOCATION, ROTATION, Stopped
+from mcpserver.stop_reasons import REVOCATION, ROTATION, SUSPENSION, Stopped
 from mcpserver.workers import announce_revocation
 from oauth.models import Revocation
 
@@ -144,6 +144,8 @@ def stopped_by(revocation: Revocation) -> Stopped:
     """What the finished records of the calls a revocation cancels say of it."""
     if revocation.reason == Revocation.REASON_ROTATION:
         return Stopped(ROTATION, revocation.username)
+    if revocation.reason == Revocation.REASON_SUSPENSION:  # a row that revokes nothing (oauth.suspension)
+        return Stopped(SUSPENSION, revocation.username)
     return Stopped(REVOCATION, revocation.username, revocation.reason)
 
 

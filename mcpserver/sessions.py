@@ -15,7 +15,9 @@ credential opening sessions in a loop filled it and every other client got 503. 
   `unused_timeout` seconds is closed, so a flood of opened-and-forgotten sessions does not wait 30 minutes.
 
 The SDK makes a session's transport (our SandstormTransport) while it admits the opening request; the request's
-reservation reaches it through a context variable, and the transport reports its requests and its end here.
+reservation reaches it through a context variable, and the transport reports its requests and its end here. Each
+session also keeps who opened it, from where, and when it was last asked anything: the console's page of open
+sessions lists them (mcpserver.open_sessions) and may end one.
 """
 
 from __future__ import annotations
@@ -26,9 +28,12 @@ import logging
 import time
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mcpserver.limits import CallSlot
+
+if TYPE_CHECKING:
+    from oauth.credentials import Principal  # models: not importable before Django is set up
 
 logger = logging.getLogger(__name__)
 HANDSHAKE_METHODS = frozenset({"initialize", "notifications/initialized"})
@@ -37,6 +42,8 @@ HANDSHAKE_METHODS = frozenset({"initialize", "notifications/initialized"})
 class SessionTransport(Protocol):
     mcp_session_id: str | None
     idle_scope: Any  # anyio.CancelScope | None: cancelling it ends the session (the SDK's idle timeout does so)
+
+    async def terminate(self) -> None: ...  # from now on every request to the session is answered 404
 
 
 @dataclass(eq=False)
@@ -52,6 +59,9 @@ class OpenSession:
     closed: bool = False
     last_active: float = field(default_factory=time.monotonic)
     lease: CallSlot | None = None  # its place in the caps of every worker (mcpserver.shared_limits), if shared
+    principal: Principal | None = None  # who opened it, from where (set by mcpserver.endpoint)
+    opened_at: float = field(default_factory=time.time)  # wall-clock times, for the console
+    last_request_at: float = field(default_factory=time.time)
     _expiry: asyncio.TimerHandle | None = None
 
     @property
@@ -65,6 +75,7 @@ class OpenSession:
 
     def request_started(self) -> None:
         self.in_flight += 1
+        self.last_request_at = time.time()
 
     def request_ended(self) -> None:
         self.in_flight -= 1
@@ -89,6 +100,15 @@ class OpenSession:
         if transport is not None and scope is not None:
             logger.info("closing MCP session %s of %s: %s", transport.mcp_session_id, self.key, why)
             scope.cancel()
+
+    async def disconnect(self, why: str) -> None:
+        """End the session at once (the console's Disconnect): as `end`, and its transport answers every later
+        request 404 from now, as after a client's DELETE, not only once the session's task has wound down (which
+        waits for its running calls to be cancelled)."""
+        transport = self.transport
+        self.end(why)
+        if transport is not None:
+            await transport.terminate()
 
     def _close_if_unused(self) -> None:
         if not self.used and not self.closed:
@@ -142,6 +162,16 @@ class SessionLedger:
         oldest = min(idle, key=lambda entry: entry.last_active)
         oldest.end("its credential opened a new session at its cap")
         return oldest
+
+    def made(self) -> list[OpenSession]:
+        """The open sessions of this process that the SDK made (a reservation still being admitted has none)."""
+        return [entry for mine in self._by_key.values() for entry in mine if entry.transport is not None]
+
+    def find(self, session_id: str) -> OpenSession | None:
+        """The open session with this `Mcp-Session-Id` held by this process, if any."""
+        return next(
+            (entry for entry in self.made() if entry.transport and entry.transport.mcp_session_id == session_id), None
+        )
 
     def forget(self, entry: OpenSession) -> None:
         if entry.closed:

@@ -1,7 +1,7 @@
 """Why a running call was stopped, and by whom: what its finished audit record says of a cancelled call.
 
-Whoever cancels a call (the console's Stop, a revocation or rotation, the client hanging up, the server stopping)
-notes why on the call's `StopNote` before cancelling its scope; the call records the first note it got. A call
+Whoever cancels a call (the console's Stop or Disconnect, a revocation, rotation or suspension, the client hanging
+up, the server stopping) notes why on the call's `StopNote` before cancelling its scope; the call records the first note it got. A call
 cancelled with no note was cancelled by its client through the SDK (`notifications/cancelled`, or its session ended).
 """
 
@@ -14,6 +14,7 @@ import anyio
 CONSOLE, REVOCATION, ROTATION, DISCONNECT, SHUTDOWN, CLIENT = (
     "console", "revocation", "rotation", "disconnect", "shutdown", "client",
 )  # fmt: skip
+SUSPENSION, SESSION_ENDED = "suspension", "session_ended"  # an admin suspended its credential, ended its MCP session
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,10 @@ class Stopped:
         if self.channel == REVOCATION:
             why = f" ({self.detail})" if self.detail else ""
             return f"cancelled: its credential was revoked{by}{why}"
+        if self.channel == SUSPENSION:
+            return f"cancelled: its credential was suspended{by}"
+        if self.channel == SESSION_ENDED:
+            return f"cancelled: its MCP session was disconnected{by} from the console"
         if self.channel == DISCONNECT:
             return "cancelled: the client hung up before the answer"
         if self.channel == SHUTDOWN:

@@ -7,7 +7,10 @@ Each worker joins GROUP with a channel of its own and answers:
 - `workers.end_idle_session` (sent to one worker's own group): end the least recently used idle session of a
   credential at its session cap, and say whether it had one (mcpserver.shared_limits.SharedSessionLedger);
 - `workers.snapshot`: send the calls running here, with their output so far, to the console page at `reply_to`
-  (which has those of its own worker already).
+  (which has those of its own worker already);
+- `workers.list_sessions`: send the MCP sessions open here to the console's sessions page at `reply_to`;
+- `workers.end_session` (sent to one worker's own group): end this MCP session if it is open here, for `by`, and
+  say which it was (mcpserver.open_sessions).
 
 One worker alone (the in-memory layer, `make run`) has nobody to tell: `shared()` is false and nothing is sent.
 """
@@ -26,6 +29,7 @@ from django.conf import settings
 from redis.exceptions import RedisError
 
 from mcpserver.live import LIVE
+from mcpserver.open_sessions import Row, end_here, rows_here
 from mcpserver.process import INSTANCE_ID
 from mcpserver.sessions import SessionLedger
 
@@ -114,6 +118,47 @@ async def ask_workers_to_end_idle_session(key: str) -> bool:
     return False
 
 
+async def ask_workers_for_sessions() -> tuple[list[Row], list[int]]:
+    """The MCP sessions the other workers hold, and the numbers of those that did not answer in time."""
+    layer = shared()
+    others = [number for number in range(1, settings.WORKERS + 1) if number != settings.WORKER]
+    if layer is None or not others:
+        return [], []
+    rows: list[Row] = []
+    answered: set[int] = set()
+    try:
+        reply_to = await layer.new_channel()
+        await layer.group_send(GROUP, {"type": "workers.list_sessions", "reply_to": reply_to, "from": INSTANCE_ID})
+        async with asyncio.timeout(ANSWER_SECONDS):
+            while not answered.issuperset(others):
+                answer = await layer.receive(reply_to)
+                if isinstance(answer, dict) and isinstance(answer.get("sessions"), list):
+                    answered.add(int(answer.get("worker", 0)))
+                    rows += [row for row in answer["sessions"] if isinstance(row, dict)]
+    except TimeoutError:
+        pass
+    except _LAYER_ERRORS as error:
+        logger.warning("could not ask the other workers for their MCP sessions: %s", error)
+    return rows, [number for number in others if number not in answered]
+
+
+async def ask_worker_to_end_session(number: int, session_id: str, by: str) -> Row | None:
+    """Ask worker `number` to end MCP session `session_id` for staff user `by`; the session's row if it did."""
+    layer = shared()
+    if layer is None:
+        return None
+    try:
+        reply_to = await layer.new_channel()
+        request = {"type": "workers.end_session", "session_id": session_id, "by": by, "reply_to": reply_to}
+        await layer.group_send(worker_group(number), request)
+        answer = await asyncio.wait_for(layer.receive(reply_to), ANSWER_SECONDS)
+    except (TimeoutError, *_LAYER_ERRORS) as error:
+        logger.warning("worker %d did not say whether it ended MCP session %s: %r", number, session_id[:16], error)
+        return None
+    session = answer.get("session") if isinstance(answer, dict) else None
+    return session if isinstance(session, dict) else None
+
+
 class WorkerBus:
     """This worker's place in GROUP: started and stopped with the server (mcpserver.application)."""
 
@@ -169,6 +214,12 @@ class WorkerBus:
             if ended is not None and ended.lease is not None:
                 await ended.lease.release()  # free in Redis before the asking worker counts again
             await self._reply(message, {"type": "workers.idle_session", "ended": ended is not None})
+        elif kind == "workers.list_sessions" and message.get("from") != INSTANCE_ID:  # the page has its own
+            rows = rows_here(self.sessions)
+            await self._reply(message, {"type": "workers.sessions", "worker": settings.WORKER, "sessions": rows})
+        elif kind == "workers.end_session":
+            row = await end_here(self.sessions, str(message.get("session_id")), str(message.get("by", "")))
+            await self._reply(message, {"type": "workers.session_ended", "session": row})
         elif kind == "workers.snapshot" and message.get("from") != INSTANCE_ID:  # its own are in its snapshot
             running = LIVE.running()
             if running:

@@ -1,12 +1,14 @@
 """Credentials in the admin. Bearer tokens: created here, their secret shown once on the page the creation redirects
 to (oauth.shown_once: a reload says "already shown" instead of making a second token); each has a page with its
-status, use, recent calls and confinement profile (changed there, the change recorded), and a revoke confirmation;
+status, use, recent calls, open MCP sessions and confinement profile (changed there, the change recorded), and
+confirmations to revoke, regenerate (views/regenerate.py), suspend and resume it (views/suspension.py);
 a `host` token is badged as a warning wherever tokens are listed; revoked, never deleted (their rows stay so the
 audit log can name them). OAuth clients ("Connected apps") and their tokens: see admin_clients. "Rotate all credentials": the
 kill switch (views/rotation.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -35,11 +37,13 @@ from oauth.credential_activity import (
 )
 from oauth.credentials import KIND_BEARER
 from oauth.models import SCOPE_ALL, SCOPE_CHOICES, SCOPE_WORDS, BearerToken, CredentialRotation, new_token_secret
+from oauth.session_links import bearer_sessions
 from oauth.token_form import NewTokenForm, RenameTokenForm
 from oauth.tokens import revoke_tokens, save_new_token
+from oauth.views.regenerate import CREATED_WHAT, regenerate_view
 from oauth.views.rotation import RESULT_URL_NAME, rotation_page, rotation_result
+from oauth.views.suspension import RESUME, SUSPEND, token_suspension
 
-CREATED_WHAT = "bearer_token_created"
 TICKET_ATTRIBUTE = "_sandstorm_new_token_ticket"
 REVOKED_MESSAGE = (
     "Revoked token “{name}”. It is refused from its next request; its running tool calls were cancelled and its "
@@ -54,12 +58,13 @@ class TokenStatusFilter(admin.SimpleListFilter):
     parameter_name = "status"
 
     def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -> list[tuple[str, str]]:
-        return [(status, status) for status in ("active", "expired", "revoked")]
+        return [(status, status) for status in ("active", "suspended", "expired", "revoked")]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[BearerToken]) -> QuerySet[BearerToken]:
         unexpired = Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now())
-        chosen = {
-            "active": Q(revoked_at__isnull=True) & unexpired,
+        chosen = {  # as BearerToken.status words them
+            "active": Q(revoked_at__isnull=True, suspended_at__isnull=True) & unexpired,
+            "suspended": Q(revoked_at__isnull=True, suspended_at__isnull=False) & unexpired,
             "expired": Q(revoked_at__isnull=True) & ~unexpired,
             "revoked": Q(revoked_at__isnull=False),
         }.get(self.value() or "")
@@ -134,6 +139,9 @@ class BearerTokenAdmin(ConsoleList):
         prefix = f"{self.opts.app_label}_{self.opts.model_name}"
         own = [
             path("<path:object_id>/revoke/", self.admin_site.admin_view(self.revoke_view), name=f"{prefix}_revoke"),
+            path("<path:object_id>/regenerate/", self.action_view(regenerate_view), name=f"{prefix}_regenerate"),
+            path("<path:object_id>/suspend/", self.action_view(token_suspension, SUSPEND), name=f"{prefix}_suspend"),
+            path("<path:object_id>/resume/", self.action_view(token_suspension, RESUME), name=f"{prefix}_resume"),
             path(
                 "<path:object_id>/created/<str:ticket>/",
                 self.admin_site.admin_view(self.created_view),
@@ -141,6 +149,17 @@ class BearerTokenAdmin(ConsoleList):
             ),
         ]
         return own + super().get_urls()
+
+    def action_view(self, view: Callable[..., HttpResponse], *args: str) -> Callable[..., HttpResponse]:
+        """A token's page of its own (views/regenerate.py, views/suspension.py), for who may revoke it."""
+
+        def action(request: HttpRequest, object_id: str) -> HttpResponse:
+            token = self.token_or_404(request, object_id)
+            if not self.may_revoke(request):
+                raise PermissionDenied
+            return view(self, request, token, *args)
+
+        return self.admin_site.admin_view(action)
 
     def token_or_404(self, request: HttpRequest, object_id: str) -> BearerToken:
         token = self.get_object(request, unquote(object_id))
@@ -164,10 +183,22 @@ class BearerTokenAdmin(ConsoleList):
             "recent_calls": recent_calls(calls),
             "audit_url": credential_audit_url(KIND_BEARER, token.pk),
             "failed_yesterday_url": failed_yesterday_url(KIND_BEARER, token.pk),
-            "revoke_url": reverse("admin:oauth_bearertoken_revoke", args=[token.pk])
-            if token.revoked_at is None and self.may_revoke(request)
-            else "",
+            "sessions": bearer_sessions(token.pk) if token.revoked_at is None else None,
+            **self.action_urls(request, token),
         }
+
+    def action_urls(self, request: HttpRequest, token: BearerToken) -> dict[str, str]:
+        """What the admin may do to the token from its page: revoke, regenerate, suspend or resume."""
+        if token.revoked_at is not None or not self.may_revoke(request):
+            return {}
+        urls = {"revoke_url": reverse("admin:oauth_bearertoken_revoke", args=[token.pk])}
+        if token.is_active and self.has_add_permission(request):
+            urls["regenerate_url"] = reverse("admin:oauth_bearertoken_regenerate", args=[token.pk])
+        if token.suspended_at is not None:
+            urls["resume_url"] = reverse("admin:oauth_bearertoken_resume", args=[token.pk])
+        elif token.is_active:  # an expired token has nothing to suspend
+            urls["suspend_url"] = reverse("admin:oauth_bearertoken_suspend", args=[token.pk])
+        return urls
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
                     extra_context: dict[str, Any] | None = None) -> HttpResponse:  # fmt: skip
@@ -210,12 +241,15 @@ class BearerTokenAdmin(ConsoleList):
         token = self.token_or_404(request, object_id)
         payload = shown_once.take(request, CREATED_WHAT, ticket)
         secret = str(payload["secret"]) if payload and payload.get("token_id") == token.pk else ""
+        regenerated_from = str(payload.get("regenerated_from", "")) if secret and payload else ""
+        done = "regenerated" if regenerated_from else "created"
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
-            "title": f"Token “{token.name}” created" if secret else "Token already shown",
+            "title": f"Token “{token.name}” {done}" if secret else "Token already shown",
             "token": token,
             "secret": secret,
+            "regenerated_from": regenerated_from,
             "scope_words": SCOPE_WORDS.get(token.scope, token.scope),
             "confinement_badge": confinement.badge(token.confinement, token.scope),
             "confinement_line": confinement.reach_words(token.confinement, token.scope, agent_os_user()),

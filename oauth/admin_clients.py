@@ -1,5 +1,6 @@
-"""OAuth clients ("Connected apps") and their tokens in the admin: read-only pages with audited revocation, and
-each user's confinement profile of an app, changed on its page (the change recorded; `host` badged as a warning).
+"""OAuth clients ("Connected apps") and their tokens in the admin: read-only pages with audited revocation and
+suspension (for every user or one: admin_suspension, views/suspension.py), and each user's confinement profile of
+an app, changed on its page (the change recorded; `host` badged as a warning).
 
 Replaces the toolkit's admin pages, which would let an admin edit a client into `skip_authorization` or another
 grant type, and show empty token columns (tokens are stored hashed). They are registered through proxies of this
@@ -10,15 +11,14 @@ Authorization codes live 60 seconds and OIDC is off, so their pages are dropped.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from collections.abc import Callable
 from typing import Any
 
-from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.contrib.auth import get_permission_codename, get_user_model
 from django.core.exceptions import PermissionDenied
-from django.db.models import Exists, OuterRef, Prefetch, QuerySet, Subquery
+from django.db.models import Exists, OuterRef, QuerySet, Subquery
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -28,7 +28,10 @@ from oauth2_provider.models import AccessToken, Application, Grant, IDToken, Ref
 
 from audit.log import event, request_actor
 from oauth import confinement
+from oauth.admin_suspension import AppSuspendedFilter, suspension_detail, with_suspension
 from oauth.agent_identity import agent_os_user
+from oauth.app_status import access_ends, app_status, live_tokens_prefetched
+from oauth.app_users import AppConfinementForm, app_confinements, app_user_ids
 from oauth.console_lists import ConsoleList, moment, status_badge, two_lines
 from oauth.credential_activity import (
     app_audit_url,
@@ -40,7 +43,6 @@ from oauth.credential_activity import (
     running_count,
 )
 from oauth.credentials import KIND_OAUTH, application_label
-from oauth.lifetimes import refresh_token_seconds
 from oauth.models import (
     SCOPE_ALL,
     SCOPE_WORDS,
@@ -50,6 +52,7 @@ from oauth.models import (
     ConnectedAppRefreshToken,
 )
 from oauth.revocation import revoke_access_tokens, revoke_clients
+from oauth.views.suspension import RESUME, SUSPEND, app_suspension
 
 REGISTRATION_SCOPE = "oauth2_provider:registration"
 CLIENT_REVOKED_MESSAGE = (
@@ -102,89 +105,11 @@ def live_tokens_of(application: Application) -> QuerySet[AccessToken]:
     )
 
 
-class AppConfinementForm(forms.Form):
-    """One user's confinement profile of a connected app, as the app's page posts it."""
-
-    user = forms.IntegerField(min_value=1)
-    confinement = forms.ChoiceField(choices=[(choice, choice) for choice in confinement.CHOICES], required=False)
-
-
-def app_user_ids(application: Application) -> set[int]:
-    """The users a connected app acts as: those with a live access token or an unrevoked refresh token, and those
-    whose profile of it was set."""
-    now = timezone.now()
-    ids = set(AccessToken.objects.filter(application=application, user__isnull=False, expires__gt=now).values_list(
-        "user_id", flat=True))  # fmt: skip
-    ids |= set(RefreshToken.objects.filter(application=application, user__isnull=False, revoked__isnull=True)
-               .values_list("user_id", flat=True))  # fmt: skip
-    ids |= set(AppConfinement.objects.filter(application=application).values_list("user_id", flat=True))
-    return ids
-
-
-def app_confinements(application: Application) -> list[dict[str, Any]]:
-    """Each user's profile of a connected app, for its page."""
-    chosen = dict(AppConfinement.objects.filter(application=application).values_list("user_id", "confinement"))
-    users = get_user_model().objects.filter(pk__in=app_user_ids(application)).order_by("pk")
-    agent = agent_os_user()
-    return [
-        {
-            "user": user,
-            "choice": chosen.get(user.pk, ""),
-            "badge": confinement.badge(chosen.get(user.pk, ""), SCOPE_ALL),
-            "line": confinement.reach_words(chosen.get(user.pk, ""), SCOPE_ALL, agent),
-            "note": confinement.enforcement_note(chosen.get(user.pk, ""), SCOPE_ALL),
-        }
-        for user in users
-    ]
-
-
-def live_tokens_prefetched(now: datetime) -> list[Prefetch[Any]]:
-    """An app's live access tokens (`live_access`) and the refresh tokens that can still renew them
-    (`live_refresh`: unrevoked, their idle lifetime not over), with their users, for a page of the list."""
-    renewable = RefreshToken.objects.filter(user__isnull=False, revoked__isnull=True, access_token__isnull=False)
-    idle = refresh_token_seconds()
-    if idle is not None:
-        renewable = renewable.filter(access_token__expires__gt=now - timedelta(seconds=idle))
-    return [
-        Prefetch(
-            "accesstoken_set",
-            AccessToken.objects.filter(user__isnull=False, expires__gt=now).select_related("user"),
-            to_attr="live_access",
-        ),
-        Prefetch("refreshtoken_set", renewable.select_related("user", "access_token"), to_attr="live_refresh"),
-    ]
-
-
-def app_status(application: Application) -> str:
-    """active (it may call, or renew its access), revoked (every refresh token of it revoked), expired (its access
-    lapsed), or unused (it never got a token)."""
-    if getattr(application, "live_access", None) or getattr(application, "live_refresh", None):
-        return "active"
-    if getattr(application, "has_revoked_refresh", False) and not getattr(application, "has_open_refresh", False):
-        return "revoked"
-    registration = getattr(application, "sandstorm_registration", None)
-    if registration is not None and registration.last_token_at is None:
-        return "unused"
-    return "expired"
-
-
-def access_ends(application: Application) -> str:
-    """When its access ends unless it renews it: a renewable refresh token's idle lifetime after its access token's
-    expiry, else its newest access token's expiry."""
-    idle = refresh_token_seconds()
-    renewable = getattr(application, "live_refresh", [])
-    if renewable and idle is None:
-        return "when revoked"
-    ends = [token.expires for token in getattr(application, "live_access", [])]
-    ends += [refresh.access_token.expires + timedelta(seconds=idle or 0) for refresh in renewable]
-    return moment(max(ends, default=None))
-
-
 @admin.register(ConnectedApp)
 class ClientAdmin(ReadOnlyAdmin):
     # What tells apps apart, in cells that fit a 1280 px window (oauth.console_lists); the rest is on its page.
     list_display = ["app", "status", "users", "scope", "confinement_badges", "last_token", "expires"]
-    list_filter = ["registration_source", "client_type"]
+    list_filter = [AppSuspendedFilter, "registration_source", "client_type"]
     search_fields = ["name", "client_id"]
     fields = [
         "name",
@@ -202,8 +127,7 @@ class ClientAdmin(ReadOnlyAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Application]:
         refresh = RefreshToken.objects.filter(application=OuterRef("pk"), user__isnull=False)
         return (
-            super()
-            .get_queryset(request)
+            with_suspension(super().get_queryset(request))
             .select_related("sandstorm_registration")
             .prefetch_related("sandstorm_confinements", *live_tokens_prefetched(timezone.now()))
             .annotate(
@@ -255,6 +179,8 @@ class ClientAdmin(ReadOnlyAdmin):
         prefix = f"{self.opts.app_label}_{self.opts.model_name}"
         own = [
             path("<path:object_id>/revoke/", self.admin_site.admin_view(self.revoke_view), name=f"{prefix}_revoke"),
+            path("<path:object_id>/suspend/", self.suspension_view(SUSPEND), name=f"{prefix}_suspend"),
+            path("<path:object_id>/resume/", self.suspension_view(RESUME), name=f"{prefix}_resume"),
             path(
                 "<path:object_id>/confinement/",
                 self.admin_site.admin_view(self.confinement_view),
@@ -262,6 +188,20 @@ class ClientAdmin(ReadOnlyAdmin):
             ),
         ]
         return own + super().get_urls()
+
+    def suspension_view(self, action: str) -> Callable[..., HttpResponse]:
+        """Suspend or resume the app, for every user or one (views/suspension.py): as revoking, the change
+        permission."""
+
+        def view(request: HttpRequest, object_id: str) -> HttpResponse:
+            application = self.get_object(request, unquote(object_id))
+            if application is None:
+                raise Http404("No such connected app.")
+            if not self.may_revoke(request):
+                raise PermissionDenied
+            return app_suspension(self, request, application, action)
+
+        return self.admin_site.admin_view(view)
 
     def app_detail(self, request: HttpRequest, application: Application) -> dict[str, Any]:
         calls = app_calls(application.name, application.client_id)
@@ -294,6 +234,7 @@ class ClientAdmin(ReadOnlyAdmin):
             "revoke_url": reverse("admin:oauth_connectedapp_revoke", args=[application.pk])
             if self.may_revoke(request)
             else "",
+            **suspension_detail(application, app_user_ids(application), self.may_revoke(request)),
         }
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",

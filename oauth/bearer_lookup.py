@@ -1,10 +1,14 @@
-"""The SQL that finds a valid bearer token by its hash, compiled from BearerToken.objects.valid() at start-up.
+"""The SQL that finds a bearer token by its hash, compiled from BearerToken.objects at start-up.
 
 Every request at /mcp looks its token up, and building the query through the ORM each time would cost more CPU
 than running it. So the two queries below are compiled to SQL once per database, from the one definition of a
-valid token (BearerTokenQuerySet.valid), with stand-ins for the values of a request (the hash, the present moment,
-the start of the last-use window) that are put in place by position for each request. Nothing here restates what
-makes a token valid: change `valid()` and both queries follow.
+valid token (BearerTokenQuerySet.in_force and valid), with stand-ins for the values of a request (the hash, the
+present moment, the start of the last-use window) that are put in place by position for each request. Nothing here
+restates what makes a token valid: change `in_force()` or `valid()` and both queries follow.
+
+The authoritative query finds a token in force, suspended or not, so that a suspended token is refused saying so
+with no second query (the row carries `suspended_at`); the shortcut's finds valid tokens only, leaving a suspended
+one to the authoritative lookup.
 """
 
 from __future__ import annotations
@@ -28,20 +32,21 @@ USED_SINCE_STAND_IN = datetime(1900, 1, 1, 0, 0, 2, tzinfo=UTC)
 STEADY_COLUMNS = ("id", "name", "scope", "user_id", "user_username", "confinement", "token_hash")
 
 
-def valid_bearer(digest: str, now: datetime) -> QuerySet[BearerToken]:
-    """The valid token with this hash at `now`, with its user's name as `user_username`."""
+def _by_hash(tokens: QuerySet[BearerToken], digest: str) -> QuerySet[BearerToken]:
+    """The token among `tokens` with this hash, with its user's name as `user_username`."""
     username = get_user_model().USERNAME_FIELD
-    return (
-        BearerToken.objects.valid(now)
-        .filter(token_hash=digest)
-        .annotate(user_username=F(f"user__{username}"))
-        .order_by()
-    )
+    return tokens.filter(token_hash=digest).annotate(user_username=F(f"user__{username}")).order_by()
+
+
+def bearer_in_force(digest: str, now: datetime) -> QuerySet[BearerToken]:
+    """The token in force (valid, or suspended) with this hash at `now`."""
+    return _by_hash(BearerToken.objects.in_force(now), digest)
 
 
 def steady_bearer(digest: str, now: datetime, used_since: datetime) -> QuerySet[BearerToken]:
-    """`valid_bearer`, if last used after `used_since`: a token whose use needs no write (never used: no row)."""
-    return valid_bearer(digest, now).filter(last_used_at__gt=used_since)
+    """The valid token with this hash, if last used after `used_since`: a token whose use needs no write (never
+    used: no row)."""
+    return _by_hash(BearerToken.objects.valid(now).filter(last_used_at__gt=used_since), digest)
 
 
 @dataclass(frozen=True)
@@ -78,9 +83,9 @@ def compile_lookup(queryset: QuerySet[Any], database: BaseDatabaseWrapper, expec
     return CompiledLookup(sql=sql, template=tuple(params), slots=slots, adapt_datetime=adapt)
 
 
-def compile_valid_bearer(database: BaseDatabaseWrapper) -> CompiledLookup:
-    """The authoritative lookup's query: the valid token by hash, as a model row (BearerToken.objects.raw)."""
-    return compile_lookup(valid_bearer(DIGEST_STAND_IN, NOW_STAND_IN), database, frozenset({"digest", "now"}))
+def compile_bearer_in_force(database: BaseDatabaseWrapper) -> CompiledLookup:
+    """The authoritative lookup's query: the token in force by hash, as a model row (BearerToken.objects.raw)."""
+    return compile_lookup(bearer_in_force(DIGEST_STAND_IN, NOW_STAND_IN), database, frozenset({"digest", "now"}))
 
 
 def compile_steady_bearer(database: BaseDatabaseWrapper) -> CompiledLookup:

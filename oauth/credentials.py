@@ -4,7 +4,9 @@ Two kinds of credential reach /mcp: admin-issued bearer tokens (`sst_…`) and O
 server's authorization server. An OAuth access token is accepted only if it is unexpired and unrevoked, belongs
 to a user and an application, is bound to exactly our resource (`<public url>/mcp`) and carries `mcp` or
 `mcp:read`. Registration tokens and tokens without our resource are refused like unknown tokens (401); a valid
-token for our resource without an MCP scope raises InsufficientScope (403 at the endpoint).
+token for our resource without an MCP scope raises InsufficientScope (403 at the endpoint); a credential an admin
+suspended (a bearer token, or a connected app for every user or for this one) raises CredentialSuspended (403,
+saying so), found by the same query that finds the token.
 """
 
 from __future__ import annotations
@@ -18,13 +20,21 @@ from typing import TypeVar
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
-from django.db.models import Model, OuterRef, QuerySet, Subquery
+from django.db.models import Exists, Model, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 from oauth2_provider.models import AccessToken
 
 from audit.log import Actor, event
-from oauth.bearer_lookup import CompiledLookup, compile_valid_bearer
-from oauth.models import LAST_USED_PRECISION, SCOPE_ALL, SCOPE_READ, AppConfinement, BearerToken, hash_token
+from oauth.bearer_lookup import CompiledLookup, compile_bearer_in_force
+from oauth.models import (
+    LAST_USED_PRECISION,
+    SCOPE_ALL,
+    SCOPE_READ,
+    AppConfinement,
+    AppSuspension,
+    BearerToken,
+    hash_token,
+)
 from oauth.steady_tokens import SteadyToken, SteadyTokens
 
 MCP_SCOPES = frozenset({SCOPE_ALL, SCOPE_READ})
@@ -38,6 +48,15 @@ class InsufficientScope(Exception):
     """A valid OAuth access token for our resource that carries neither `mcp` nor `mcp:read`."""
 
 
+class CredentialSuspended(Exception):
+    """A credential that would be accepted but that an admin suspended (oauth.suspension); `kind` is KIND_BEARER or
+    KIND_OAUTH. Raised before its use is recorded: a refused request is not a use."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        super().__init__(f"this {kind} credential is suspended by an administrator")
+
+
 def bearer_key(token_id: int) -> str:
     return f"{KIND_BEARER}:{token_id}"
 
@@ -46,6 +65,11 @@ def oauth_key(application_id: int, user_id: int) -> str:
     # Per application and user, not per access token: a client refreshing its token keeps its MCP session, its
     # rate-limit window and its running calls.
     return f"{KIND_OAUTH}:{application_id}:{user_id}"
+
+
+def app_key_prefix(application_id: int) -> str:
+    """What the principal keys of an OAuth application, for every user, start with."""
+    return f"{KIND_OAUTH}:{application_id}:"
 
 
 @dataclass(frozen=True)
@@ -90,13 +114,16 @@ def _one(queryset: QuerySet[T]) -> T | None:
 
 def _lookup_bearer(lookup: CompiledLookup, alias: str, raw: str, client_address: str) -> SteadyToken | None:
     """The valid token for `raw` (BearerToken.objects.valid), as (id, name, scope, user id, username, confinement);
-    records its use (the first, or one after LAST_USED_PRECISION)."""
+    records its use (the first, or one after LAST_USED_PRECISION). Raises CredentialSuspended for a token in force
+    that an admin suspended."""
     digest = hash_token(raw)
     now = timezone.now()
     token = next(iter(BearerToken.objects.db_manager(alias).raw(lookup.sql, lookup.params(digest, now))), None)
     # The lookup is by an index on the hash; compare again in constant time so no timing depends on the secret.
     if token is None or not hmac.compare_digest(token.token_hash, digest):
         return None
+    if token.suspended_at is not None:
+        raise CredentialSuspended(KIND_BEARER)
     tokens = BearerToken.objects.using(alias).filter(pk=token.pk)
     if token.last_used_at is None:
         # Only one request wins the first use, however many arrive at once.
@@ -115,13 +142,18 @@ def _lookup_bearer(lookup: CompiledLookup, alias: str, raw: str, client_address:
 
 
 def _lookup_oauth(raw: str) -> AccessToken | None:
-    """The access token for `raw` if it may be used at /mcp at all (scope aside), else None."""
+    """The access token for `raw` if it may be used at /mcp at all (scope aside), else None. Raises
+    CredentialSuspended for one an admin suspended."""
     checksum = hashlib.sha256(raw.encode("utf-8")).hexdigest()
-    # The connected app's confinement for this user comes in the same query (no row: the installation's default).
+    # The connected app's confinement for this user, and whether an admin suspended the app for every user or for
+    # this one, come in the same query (no row: the installation's default; not suspended).
     profile = AppConfinement.objects.filter(application=OuterRef("application"), user=OuterRef("user"))
+    suspension = AppSuspension.objects.filter(application=OuterRef("application")).filter(
+        Q(user__isnull=True) | Q(user=OuterRef("user"))
+    )
     token = _one(
         AccessToken.objects.select_related("user", "application")
-        .annotate(app_confinement=Subquery(profile.values("confinement")[:1]))
+        .annotate(app_confinement=Subquery(profile.values("confinement")[:1]), app_suspended=Exists(suspension))
         .filter(token_checksum=checksum)
     )
     if token is None or not hmac.compare_digest(token.token_checksum, checksum) or token.is_expired():
@@ -133,6 +165,8 @@ def _lookup_oauth(raw: str) -> AccessToken | None:
     # without a resource through.
     if token.resource != [settings.MCP_RESOURCE_URL]:
         return None
+    if getattr(token, "app_suspended", False):
+        raise CredentialSuspended(KIND_OAUTH)
     return token
 
 
@@ -187,7 +221,7 @@ class Authenticator:
 
     def __init__(self, alias: str, steady: SteadyTokens | None) -> None:
         self._alias = alias
-        self._valid_bearer = compile_valid_bearer(connections[alias])
+        self._bearer_in_force = compile_bearer_in_force(connections[alias])
         self._steady = steady
         # Lookups run on two threads of their own, each keeping its database connection open, rather than through
         # asgiref's sync_to_async (a set-up per call, and threads of a shared pool taking turns); two, so a lookup
@@ -203,7 +237,8 @@ class Authenticator:
         """The principal for a bearer or OAuth access token, or None if it is unknown, revoked, expired or not
         for us.
 
-        Raises InsufficientScope for an OAuth token that is valid for our resource but carries no MCP scope.
+        Raises InsufficientScope for an OAuth token that is valid for our resource but carries no MCP scope, and
+        CredentialSuspended for a credential an admin suspended.
         """
         if not raw or len(raw) > MAX_TOKEN_LENGTH:
             return None
@@ -215,7 +250,7 @@ class Authenticator:
 
     def principal_for(self, raw: str, client_address: str, user_agent: str) -> Principal | None:
         """The authoritative lookup (blocking): what `__call__` answers when the shortcut does not."""
-        bearer = _lookup_bearer(self._valid_bearer, self._alias, raw, client_address)
+        bearer = _lookup_bearer(self._bearer_in_force, self._alias, raw, client_address)
         if bearer is not None:
             return _bearer_principal(bearer, client_address, user_agent)
         return _oauth_principal(raw, client_address, user_agent)

@@ -52,17 +52,25 @@ class BearerTokenQuerySet(models.QuerySet["BearerToken"]):
             models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now)
         )
 
-    def valid(self, now: datetime | None = None) -> BearerTokenQuerySet:
-        """The tokens that authenticate at `now` (scope aside): active, of an active user.
+    def in_force(self, now: datetime | None = None) -> BearerTokenQuerySet:
+        """The tokens that authenticate at `now` unless suspended (scope aside): active, of an active user.
 
-        The one definition: the lookup at /mcp and its event-loop shortcut (oauth.steady_tokens) both run this
-        query, compiled to SQL once (oauth.bearer_lookup).
+        The lookup at /mcp runs this query (compiled to SQL once, oauth.bearer_lookup), so that a suspended token
+        is told apart from an unknown one in the same query; `valid` is this without the suspended ones.
         """
         tokens = self.active(now)
         user_model = get_user_model()
         if any(field.name == "is_active" for field in user_model._meta.concrete_fields):
             tokens = tokens.filter(user__is_active=True)  # AbstractBaseUser has no such column: always active
         return tokens
+
+    def valid(self, now: datetime | None = None) -> BearerTokenQuerySet:
+        """The tokens that authenticate at `now` (scope aside): in force and not suspended.
+
+        The one definition: the lookup at /mcp accepts what it finds in force only if it is not suspended, and its
+        event-loop shortcut (oauth.steady_tokens) runs this query, compiled to SQL once (oauth.bearer_lookup).
+        """
+        return self.in_force(now).filter(suspended_at__isnull=True)
 
 
 class BearerToken(models.Model):
@@ -80,6 +88,8 @@ class BearerToken(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: never expires.")
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
     revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # Set while an admin has it suspended: refused at /mcp (saying so) until resumed; nothing else changes.
+    suspended_at = models.DateTimeField(null=True, blank=True, editable=False)
     confinement = models.CharField(
         max_length=12,
         choices=CONFINEMENT_CHOICES,
@@ -119,10 +129,12 @@ class BearerToken(models.Model):
 
     @property
     def status(self) -> str:
-        """ "active", "expired" or "revoked"."""
+        """ "active", "suspended", "expired" or "revoked" (an expired token cannot be resumed into use)."""
         if self.revoked_at is not None:
             return "revoked"
-        return "active" if self.is_active else "expired"
+        if not self.is_active:
+            return "expired"
+        return "active" if self.suspended_at is None else "suspended"
 
 
 class ClientRegistration(models.Model):
@@ -174,6 +186,39 @@ class AppConfinement(models.Model):
         return f"confinement of application {self.application_id} for user {self.user_id}"
 
 
+class AppSuspension(models.Model):
+    """A connected app suspended by an admin, for one user or (no user) for all of them: its access tokens are
+    refused at /mcp, saying so, until the row is removed (resumed); its tokens and grants are kept. The access-token
+    lookup reads it in the same query (oauth.credentials)."""
+
+    application = models.ForeignKey(
+        oauth2_settings.APPLICATION_MODEL, on_delete=models.CASCADE, related_name="sandstorm_suspensions"
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, null=True, blank=True, related_name="+",
+        help_text="Empty: the app is suspended for every user.",
+    )  # fmt: skip
+    suspended_at = models.DateTimeField(default=timezone.now)
+    username = models.CharField(max_length=150, blank=True, help_text="who suspended it")
+
+    class Meta:
+        verbose_name = "connected-app suspension"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["application"], condition=models.Q(user__isnull=True), name="oauth_app_suspended_once"
+            ),
+            models.UniqueConstraint(
+                fields=["application", "user"],
+                condition=models.Q(user__isnull=False),
+                name="oauth_app_user_suspended_once",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        whom = f"user {self.user_id}" if self.user_id is not None else "every user"
+        return f"suspension of application {self.application_id} for {whom}"
+
+
 class CodeExchange(models.Model):
     """Which tokens an authorization code was exchanged for: the link the toolkit drops when it deletes a used code,
     kept so that a replayed code revokes what it produced (RFC 6749 section 4.1.2)."""
@@ -191,8 +236,8 @@ class CodeExchange(models.Model):
 
 
 class Revocation(models.Model):
-    """Credentials revoked at one moment, by principal key (`bearer:<id>`, `oauth:<application>:<user>`) or, for a
-    rotation, by key prefix.
+    """Credentials revoked (or suspended) at one moment, by principal key (`bearer:<id>`,
+    `oauth:<application>:<user>`) or, for a rotation or a whole app, by key prefix.
 
     Tool calls started before this moment by those keys are cancelled and, if asked, background processes they
     started are stopped.
@@ -205,6 +250,10 @@ class Revocation(models.Model):
     REASON_TOKEN = "token"
     REASON_CODE_REPLAY = "code_replay"
     REASON_REFRESH_REUSE = "refresh_reuse"
+    # A bearer token given a new secret (the old one revoked); a credential suspended by an admin, which revokes
+    # nothing: the row only cancels its running calls (and, if asked, stops its background processes).
+    REASON_REGENERATION = "regeneration"
+    REASON_SUSPENSION = "suspension"
 
     created_at = models.DateTimeField(default=timezone.now)
     reason = models.CharField(max_length=16)

@@ -1,4 +1,4 @@
-"""Issuing and importing bearer tokens: the one place that creates BearerToken rows."""
+"""Issuing, importing, revoking and regenerating bearer tokens: the one place that creates BearerToken rows."""
 
 from __future__ import annotations
 
@@ -19,6 +19,10 @@ from oauth.revocation import announce
 
 BOOTSTRAP_NAME = "bootstrap"
 NAME_LENGTH = BearerToken._meta.get_field("name").max_length or 100
+
+
+class NotRegenerable(ValueError):
+    """A token that cannot be given a new secret: revoked, or expired (its copy would be expired too)."""
 
 
 class NameTaken(ValueError):
@@ -103,13 +107,20 @@ def save_new_token(token: BearerToken, by: Actor | None) -> None:
 
     Raises NameTaken if an unrevoked token already has its name (checked first, and by the database's constraint
     for a token saved at the same moment)."""
+    with transaction.atomic():
+        _insert(token)
+        event("token.created", by, **token_detail(token), **confinement_detail(token))
+
+
+def _insert(token: BearerToken) -> None:
+    """Save a new token; NameTaken if an unrevoked token has its name (checked first, and by the database's
+    constraint for a token saved at the same moment)."""
     holder = name_holder(token.name)
     if holder is not None:
         raise NameTaken(holder)
     try:
         with transaction.atomic():
             token.save()
-            event("token.created", by, **token_detail(token), **confinement_detail(token))
     except IntegrityError:
         holder = name_holder(token.name)
         if holder is None:
@@ -117,17 +128,70 @@ def save_new_token(token: BearerToken, by: Actor | None) -> None:
         raise NameTaken(holder) from None
 
 
-def revoke_tokens(tokens: QuerySet[BearerToken], by: Actor | None) -> int:
-    """Revoke the active tokens among `tokens`, recording each and cancelling their running tool calls.
-    Returns how many were revoked."""
-    now = timezone.now()
+def revoke_tokens(
+    tokens: QuerySet[BearerToken],
+    by: Actor | None,
+    *,
+    stop_background: bool = True,
+    reason: str = Revocation.REASON_BEARER,
+) -> int:
+    """Revoke the active tokens among `tokens`, recording each and cancelling their running tool calls (and, unless
+    `stop_background` is False, stopping their background processes). Returns how many were revoked."""
     with transaction.atomic():
-        active = list(tokens.filter(revoked_at__isnull=True).select_related("user"))
-        BearerToken.objects.filter(pk__in=[token.pk for token in active]).update(revoked_at=now)
-        for token in active:
-            event("token.revoked", by, **token_detail(token))
-        announce([bearer_key(token.pk) for token in active], reason=Revocation.REASON_BEARER, by=by)
+        active = _mark_revoked(tokens)
+        _record_revoked(active, by, reason=reason, stop_background=stop_background)
     return len(active)
+
+
+def _mark_revoked(tokens: QuerySet[BearerToken]) -> list[BearerToken]:
+    active = list(tokens.filter(revoked_at__isnull=True).select_related("user"))
+    BearerToken.objects.filter(pk__in=[token.pk for token in active]).update(revoked_at=timezone.now())
+    return active
+
+
+def _record_revoked(active: list[BearerToken], by: Actor | None, *, reason: str, stop_background: bool) -> None:
+    # After every row is written: whoever holds the audit chain's lock (taken by each event) takes no other row lock
+    # after it, so two transactions never wait for each other in a circle (a deadlock on PostgreSQL).
+    for token in active:
+        event("token.revoked", by, **token_detail(token))
+    keys = [bearer_key(token.pk) for token in active]
+    announce(keys, reason=reason, by=by, stop_background=stop_background)
+
+
+def regenerate_token(
+    token_id: int, by: Actor | None, *, stop_background: bool = False
+) -> tuple[BearerToken, BearerToken, str]:
+    """Give a token a new secret: a new token with the same name, owner, scope, confinement profile, expiry and
+    suspension, and the old one revoked at once, its running calls cancelled (its background processes stopped only
+    if `stop_background`: a key rotation leaves the agent's work running). Returns (old, new, new secret).
+
+    Raises NotRegenerable for a revoked or expired token, or one that does not exist."""
+    raw = new_token_secret()
+    with transaction.atomic():
+        old = BearerToken.objects.select_for_update().filter(pk=token_id).select_related("user").first()
+        if old is None or old.revoked_at is not None:
+            raise NotRegenerable("The token was revoked already: create a new one instead.")
+        if not old.is_active:
+            raise NotRegenerable(f"Token “{old.name}” has expired: its copy would be expired too. Create a new one.")
+        new = BearerToken(
+            name=old.name, user=old.user, scope=old.scope, confinement=old.confinement, expires_at=old.expires_at,
+            suspended_at=old.suspended_at,
+        )  # fmt: skip
+        new.set_secret(raw)
+        revoked = _mark_revoked(BearerToken.objects.filter(pk=old.pk))
+        _insert(new)  # the name is free: its holder was revoked above
+        _record_revoked(revoked, by, reason=Revocation.REASON_REGENERATION, stop_background=stop_background)
+        # The new token's creation record: what token.created would say, and which token it replaces.
+        event(
+            "token.regenerated",
+            by,
+            **token_detail(new),
+            **confinement_detail(new),
+            previous_token_id=old.pk,
+            previous_prefix=old.prefix,
+            stop_background=stop_background,
+        )
+    return old, new, raw
 
 
 def shell_actor() -> Actor:

@@ -58,7 +58,7 @@ class SandstormAdminSite(admin.AdminSite):
         return response
 
     def get_urls(self) -> list[URLResolver | URLPattern]:
-        from mcpserver import live_views  # models are not ready when the site class is imported
+        from mcpserver import live_views, session_views  # models are not ready when the site class is imported
 
         site = {"site": self}
         steps: list[URLResolver | URLPattern] = [
@@ -74,5 +74,13 @@ class SandstormAdminSite(admin.AdminSite):
             path("second-factor/sign-out/", second_factor_views.sign_out, site, name="second_factor_sign_out"),
             # What agents are doing now (its socket, /admin/live/socket, is routed in sandstorm_site/asgi.py).
             path("live/", self.admin_view(live_views.live), site, name="live"),
+            # The MCP sessions open in every worker, and disconnecting one.
+            path("sessions/", self.admin_view(session_views.sessions_page), site, name="mcp_sessions"),
+            path(
+                "sessions/<str:session_id>/disconnect/",
+                self.admin_view(session_views.disconnect),
+                site,
+                name="mcp_session_disconnect",
+            ),
         ]
         return steps + super().get_urls()  # before the admin's catch-all

@@ -15,6 +15,9 @@ class FakeTransport:
         self.mcp_session_id: str | None = name  # as SessionTransport declares it (None before the SDK assigns one)
         self.idle_scope = anyio.CancelScope()
 
+    async def terminate(self) -> None:
+        """As SessionTransport declares it; the ledger never calls it (the console's Disconnect does)."""
+
 
 def was_cancelled(entry: OpenSession) -> bool:
     """Whether the ledger cancelled the session's transport (which ends the session in the SDK)."""

@@ -9,6 +9,7 @@ from django.utils.safestring import SafeString
 from audit.event_sentences.words import (
     Detail,
     Sentence,
+    background_words,
     confinement_label,
     count,
     counted,
@@ -160,6 +161,29 @@ def background_stopped(record: AuditRecord, detail: Detail) -> SafeString:
     )
 
 
+def token_regenerated(record: AuditRecord, detail: Detail) -> SafeString:
+    previous, owner = text(detail, "previous_prefix"), text(detail, "owner")
+    return format_html(
+        "{} regenerated {}{}{}: the old secret{} is revoked{}",
+        who(record),
+        token_label(detail),
+        format_html(" for {}", owner) if owner else "",
+        from_address(record),
+        format_html(" ({}…)", previous) if previous else "",
+        background_words(detail),
+    )
+
+
+def token_suspended(record: AuditRecord, detail: Detail) -> SafeString:
+    return format_html(
+        "{} suspended {}{}{}", who(record), token_label(detail), from_address(record), background_words(detail)
+    )
+
+
+def token_resumed(record: AuditRecord, detail: Detail) -> SafeString:
+    return format_html("{} resumed {}{}", who(record), token_label(detail), from_address(record))
+
+
 def processes_stopped(record: AuditRecord, detail: Detail) -> SafeString:
     """Processes a revoked credential's commands left running outside any background job (`setsid cmd &`)."""
     commands = strings(detail, "commands") or [f"pid {pid}" for pid in strings(detail, "pids")]
@@ -176,6 +200,9 @@ def processes_stopped(record: AuditRecord, detail: Detail) -> SafeString:
 SENTENCES: dict[str, Sentence] = {
     "token.created": token_created,
     "token.revoked": token_revoked,
+    "token.regenerated": token_regenerated,
+    "token.suspended": token_suspended,
+    "token.resumed": token_resumed,
     "token.first_used": token_first_used,
     "token.confinement_changed": token_confinement_changed,
     "admin.login": admin_login,

@@ -125,9 +125,23 @@ def approval_run_failed(record: AuditRecord, detail: Detail) -> SafeString:
     )
 
 
+def console_session_disconnected(record: AuditRecord, detail: Detail) -> SafeString:
+    address = text(detail, "session_address")
+    return format_html(
+        "{} disconnected the MCP session of {} (acting as {}{}) in the console{}{}",
+        who(record),
+        text(detail, "credential_name") or text(detail, "credential"),
+        text(detail, "owner"),
+        format_html(", opened from {}", address) if address else "",
+        from_address(record),
+        "; its running call was cancelled" if detail.get("busy") else "",
+    )
+
+
 SENTENCES: dict[str, Sentence] = {
     "console.background_stopped": console_background_stopped,
     "console.call_stopped": console_call_stopped,
+    "console.session_disconnected": console_session_disconnected,
     "policy.changed": policy_changed,
     "policy.loaded": policy_loaded,
     "approval.decided": approval_decided,

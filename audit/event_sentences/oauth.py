@@ -8,6 +8,7 @@ from django.utils.safestring import SafeString
 from audit.event_sentences.words import (
     Detail,
     Sentence,
+    background_words,
     client_label,
     confinement_label,
     count,
@@ -118,10 +119,35 @@ def confinement_changed(record: AuditRecord, detail: Detail) -> SafeString:
     )
 
 
+def client_suspended(record: AuditRecord, detail: Detail) -> SafeString:
+    owner = text(detail, "owner")
+    return format_html(
+        "{} suspended {} {}{}{}",
+        who(record),
+        client_label(detail),
+        format_html("for {}", owner) if owner else "for every user",
+        from_address(record),
+        background_words(detail),
+    )
+
+
+def client_resumed(record: AuditRecord, detail: Detail) -> SafeString:
+    owner = text(detail, "owner")
+    return format_html(
+        "{} resumed {} {}{}",
+        who(record),
+        client_label(detail),
+        format_html("for {}", owner) if owner else "for every user",
+        from_address(record),
+    )
+
+
 SENTENCES: dict[str, Sentence] = {
     "oauth.client_registered": client_registered,
     "oauth.consent": consent,
     "oauth.client_revoked": client_revoked,
+    "oauth.client_suspended": client_suspended,
+    "oauth.client_resumed": client_resumed,
     "oauth.token_revoked": oauth_token_revoked,
     "oauth.code_replayed": code_replayed,
     "oauth.refresh_reused": refresh_reused,

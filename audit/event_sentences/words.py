@@ -92,3 +92,8 @@ def confinement_label(detail: Detail, key: str) -> str:
         return choice
     default = text(detail, "default")
     return f"the installation's default ({default})" if default else "the installation's default"
+
+
+def background_words(detail: Detail) -> str:
+    """A suspension's or regeneration's note on the credential's background processes, when they were stopped too."""
+    return "; its background processes were stopped" if detail.get("stop_background") else ""
