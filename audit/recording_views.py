@@ -5,17 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 
 from audit.models import KIND_FINISHED, KIND_STARTED, AuditRecord
 from audit.recording_cast import cast_lines
 from audit.recordings import CALL_ID, Recording, live_text, path_of, read
-
-
-def _require_view_permission(request: HttpRequest) -> None:
-    if not request.user.has_perm("audit.view_auditrecord"):
-        raise PermissionDenied
+from audit.views import require_view_permission
 
 
 def _started(call_id: str) -> AuditRecord:
@@ -42,7 +37,7 @@ def _recording(call_id: str) -> tuple[AuditRecord, Path]:
 
 def recording_events(request: HttpRequest, call_id: str) -> JsonResponse:
     """The output so far as the Live view shows it (`mcpserver.call.live_text`), and its length in UTF-16 units."""
-    _require_view_permission(request)
+    require_view_permission(request)
     _started_record, path = _recording(call_id)
     _header, events = read(path)
     text = live_text(events)
@@ -52,7 +47,7 @@ def recording_events(request: HttpRequest, call_id: str) -> JsonResponse:
 
 
 def recording_cast(request: HttpRequest, call_id: str) -> HttpResponse:
-    _require_view_permission(request)
+    require_view_permission(request)
     started, path = _recording(call_id)
     header, events = read(path)
     summary = str((started.arguments or {}).get("command", ""))[:200]

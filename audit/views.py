@@ -54,7 +54,7 @@ FORMATS = {
 }
 
 
-def _require_view_permission(request: HttpRequest) -> None:
+def require_view_permission(request: HttpRequest) -> None:
     if not request.user.has_perm("audit.view_auditrecord"):
         raise PermissionDenied
 
@@ -75,7 +75,7 @@ async def stream_lines(queryset: QuerySet[AuditRecord], export_format: ExportFor
 
 def export_calls(request: HttpRequest, export_format: str) -> HttpResponseBase:
     """The calls of the changelist with the same query parameters, oldest first, as a download."""
-    _require_view_permission(request)
+    require_view_permission(request)
     chosen = FORMATS[export_format]
     try:
         queryset = filter_calls(call_queryset(), request.GET)
@@ -251,7 +251,7 @@ def active_credentials(calls: QuerySet[AuditRecord], day_ago: datetime) -> list[
 
 def overview(request: HttpRequest) -> HttpResponse:
     """Calls per hour and per day, the busiest tools, the calls that failed (by outcome), and the credentials in use."""
-    _require_view_permission(request)
+    require_view_permission(request)
     now = timezone.now()
     day_ago = now - timedelta(hours=24)
     first_day = timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=29)

@@ -6,6 +6,7 @@ Each case runs in a process of its own: setting the groups up moves the calling 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -129,3 +130,20 @@ def test_without_a_cgroup_hierarchy_the_executor_says_revocation_cannot_reach_de
     tracking = credential_groups.set_up("/nowhere")
     assert tracking.describe() == "unavailable: no cgroup v2 hierarchy is mounted"
     assert tracking.placed(lambda: "started") == "started"  # type: ignore[type-var]
+
+
+@needs_cgroups
+def test_a_kernel_without_what_revocation_needs_leaves_tracking_off_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(cgroupfs, "CONTROLS", ("cgroup.kill", "cgroup.not-in-this-kernel"))
+    own = cgroupfs.own_cgroup()
+    tracking = credential_groups.set_up(str(tmp_path))
+    if "no cgroup of its own" in tracking.describe():
+        pytest.skip("this process may not manage its cgroup")
+    assert tracking.describe() == (
+        "unavailable: the kernel has no cgroup.not-in-this-kernel (Linux 5.14 or later has both)"
+    )
+    assert cgroupfs.own_cgroup() == own, "the process was not moved"
+    base = f"sandstorm-{hashlib.sha256(str(tmp_path).encode()).hexdigest()[:12]}"
+    assert own is not None and not (own / base).exists(), "the group it made to look was left behind"

@@ -181,7 +181,9 @@ def token_suspended(record: AuditRecord, detail: Detail) -> SafeString:
 
 
 def token_resumed(record: AuditRecord, detail: Detail) -> SafeString:
-    return format_html("{} resumed {}{}", who(record), token_label(detail), from_address(record))
+    return format_html(
+        "{} resumed {}{}{}", who(record), token_label(detail), from_address(record), background_words(detail)
+    )
 
 
 def processes_stopped(record: AuditRecord, detail: Detail) -> SafeString:

@@ -120,25 +120,23 @@ def confinement_changed(record: AuditRecord, detail: Detail) -> SafeString:
 
 
 def client_suspended(record: AuditRecord, detail: Detail) -> SafeString:
-    owner = text(detail, "owner")
+    return _client_suspension("suspended", record, detail)
+
+
+def client_resumed(record: AuditRecord, detail: Detail) -> SafeString:
+    return _client_suspension("resumed", record, detail)
+
+
+def _client_suspension(done: str, record: AuditRecord, detail: Detail) -> SafeString:
+    owner = text(detail, "owner")  # "": every user of the client
     return format_html(
-        "{} suspended {} {}{}{}",
+        "{} {} {} {}{}{}",
         who(record),
+        done,
         client_label(detail),
         format_html("for {}", owner) if owner else "for every user",
         from_address(record),
         background_words(detail),
-    )
-
-
-def client_resumed(record: AuditRecord, detail: Detail) -> SafeString:
-    owner = text(detail, "owner")
-    return format_html(
-        "{} resumed {} {}{}",
-        who(record),
-        client_label(detail),
-        format_html("for {}", owner) if owner else "for every user",
-        from_address(record),
     )
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -89,31 +88,20 @@ def populated(group: Path) -> bool:
     return "populated 1" in text
 
 
+# What `kill` and `frozen` need of the kernel (cgroup.kill: Linux 5.14; cgroup.freeze: 5.2).
+CONTROLS = ("cgroup.kill", "cgroup.freeze")
+
+
 def kill(group: Path) -> None:
-    """SIGKILL every process in `group` and below it, including those forked while it is done (cgroup.kill, Linux
-    5.14); before that kernel, each member in turn until none is left."""
-    if (group / "cgroup.kill").exists():
-        (group / "cgroup.kill").write_text("1", encoding="ascii")
-        return
-    for _ in range(1000):
-        pids = [pid for sub in (group, *_subgroups(group)) for pid in members(sub)]
-        if not pids:
-            return
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    """SIGKILL every process in `group` and below it, including those forked while it is done."""
+    (group / "cgroup.kill").write_text("1", encoding="ascii")
 
 
 @contextlib.contextmanager
 def frozen(group: Path) -> Iterator[None]:
     """`group` and below it stopped (cgroup.freeze), so that what is read of it holds until it is thawed; a fatal
-    signal still ends a frozen process. Where the kernel has no freezer, not stopped."""
+    signal still ends a frozen process."""
     control = group / "cgroup.freeze"
-    if not control.exists():
-        yield
-        return
     control.write_text("1", encoding="ascii")
     try:
         deadline = time.monotonic() + FREEZE_WAIT

@@ -230,6 +230,12 @@ def set_up(installation: str) -> Tracking:
     leaf = base / f"executor-{os.getpid()}"
     try:
         cgroupfs.make(base)
+        missing = [
+            name for name in cgroupfs.CONTROLS if not (base / name).exists()
+        ]  # any group below the root has both
+        if missing:
+            cgroupfs.remove(base)
+            return Untracked(f"the kernel has no {' or '.join(missing)} (Linux 5.14 or later has both)")
         cgroupfs.make(leaf)
         cgroupfs.move(os.getpid(), leaf)
     except OSError as error:
