@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-slow test-fast test-postgres test-systemd bench lint check-python venv clean lock
+.PHONY: run test test-slow test-fast test-postgres test-systemd bench lint check-python venv conformance clean lock
 
 check-python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null || \
@@ -18,6 +18,29 @@ $(STAMP): pyproject.toml requirements.lock | check-python
 
 venv: check-python $(STAMP)
 
+# The official MCP conformance suite and the Node.js it runs on, both pinned in tests/conformance/package-lock.json,
+# for tests/test_conformance_live.py. Needs npm (Debian's will do: .ci/run installs it); without npm that test skips,
+# saying so, except in CI.
+CONFORMANCE := tests/conformance
+CONFORMANCE_STAMP := $(CONFORMANCE)/node_modules/.installed
+
+$(CONFORMANCE_STAMP): $(CONFORMANCE)/package.json $(CONFORMANCE)/package-lock.json
+	@if command -v npm >/dev/null; then \
+		npm ci --prefix $(CONFORMANCE) --no-audit --no-fund --loglevel=error && touch $@; \
+	else echo "npm not found: tests/test_conformance_live.py will skip (apt install npm)"; fi
+
+# The TypeScript SDK's OAuth client (and its Node.js), pinned in tests/typescript_sdk/package-lock.json, for the
+# step-up test (tests/test_oauth_step_up_live.py); installed and skipped like the suite.
+TYPESCRIPT_SDK := tests/typescript_sdk
+TYPESCRIPT_SDK_STAMP := $(TYPESCRIPT_SDK)/node_modules/.installed
+
+$(TYPESCRIPT_SDK_STAMP): $(TYPESCRIPT_SDK)/package.json $(TYPESCRIPT_SDK)/package-lock.json
+	@if command -v npm >/dev/null; then \
+		npm ci --prefix $(TYPESCRIPT_SDK) --no-audit --no-fund --loglevel=error && touch $@; \
+	else echo "npm not found: the TypeScript SDK's step-up test will skip (apt install npm)"; fi
+
+conformance: $(CONFORMANCE_STAMP) $(TYPESCRIPT_SDK_STAMP)
+
 # One command (mcpserver/management/commands/run.py): the port first, then bootstrap, then Daphne; the banner once
 # /health answers.
 run: venv
@@ -27,7 +50,7 @@ run: venv
 PARALLEL ?= -n auto --dist loadfile
 
 # Lint, then every tier but the slow tests (tests/tiers.py), in parallel.
-test: lint
+test: lint conformance
 	$(PY) manage.py makemigrations --check --dry-run
 	env -u DATABASE_URL $(PY) -m pytest $(PARALLEL) -m "not slow"
 
@@ -68,7 +91,7 @@ lock: check-python
 	/tmp/sandstorm-lock/bin/pip freeze --exclude-editable | grep -v '^sandstorm-mcp' > requirements.lock
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info $(CONFORMANCE)/node_modules $(TYPESCRIPT_SDK)/node_modules
 
 # Lint, formatting and types (configured in pyproject.toml); `make test`, and so CI, runs it first.
 lint: venv

@@ -25,6 +25,7 @@ from django.utils.http import urlencode
 
 from audit import admin_events  # noqa: F401  (registers the security events' admin)
 from audit.admin_lists import SEARCH_ALL_PARAM, NoCountChangeList, ReadOnlyAuditAdmin, recent_values
+from audit.call_recordings import has_recording, recording_detail
 from audit.credential_links import revoke_link
 from audit.export import call_queryset, finished_of, redacted_in, search_calls
 from audit.filter_bar import filter_bar, query
@@ -108,35 +109,6 @@ def call_heading(record: AuditRecord) -> str:
     who = record.username or credential_label(record.credential_kind, record.credential_id, record.credential_name)
     when = date_format(timezone.localtime(record.created_at), "DATETIME_FORMAT")
     return f"{record.tool} by {who or 'an unknown caller'} — {when}"
-
-
-def described_recording(finished: AuditRecord | None) -> dict[str, Any] | None:
-    """What the finished record says of the call's recording (audit/recordings.py); None when the call printed
-    nothing, ran before recordings or has not finished."""
-    detail = finished.detail if finished is not None and isinstance(finished.detail, dict) else {}
-    described = detail.get("recording")
-    return described if isinstance(described, dict) else None
-
-
-def has_recording(finished: AuditRecord | None) -> bool:
-    """Whether the call has a recording to replay (a file: all or part of what it printed)."""
-    return "name" in (described_recording(finished) or {})
-
-
-def recording_detail(record: AuditRecord, finished: AuditRecord | None) -> dict[str, Any] | None:
-    """What the call page shows of the call's recording: a player when there is a file, and in words why there is
-    none, or not all of it."""
-    described = described_recording(finished)
-    if described is None:
-        return None
-    cast_url = reverse("audit:recording_cast", kwargs={"call_id": record.call_id}) if has_recording(finished) else ""
-    return {
-        "cast_url": cast_url,
-        "download_url": f"{cast_url}?download=1" if cast_url else "",
-        "unrecorded": str(described.get("unrecorded") or ""),
-        # A budget that stopped the recording cut its end, which "not recorded" says; `cut` alone is the per-call cap.
-        "cut": bool(described.get("cut")) and not described.get("unrecorded"),
-    }
 
 
 def call_detail(record: AuditRecord) -> dict[str, Any]:
@@ -355,7 +327,7 @@ class AuditRecordAdmin(ReadOnlyAuditAdmin):
         """How long the call took and, under it, a link to its replay when it has a recording."""
         finished = finished_of(record)
         shown = format_duration(finished.duration_ms) if finished else ""
-        if not has_recording(finished):
+        if not has_recording(record, finished):
             return shown
         url = reverse("admin:audit_auditrecord_change", args=[record.pk]) + "#recording"
         return format_html(

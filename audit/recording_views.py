@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.urls import reverse
 
 from audit.models import KIND_FINISHED, KIND_STARTED, AuditRecord
 from audit.recording_cast import cast_lines
@@ -33,6 +34,13 @@ def _recording(call_id: str) -> tuple[AuditRecord, Path]:
     if not path.is_file():
         raise Http404("this call has no recording")
     return started, path
+
+
+def call_page(request: HttpRequest, call_id: str) -> HttpResponseRedirect:
+    """The page of the call with this id, at its recording (the Live view knows calls by id, not by record)."""
+    require_view_permission(request)
+    started = _started(call_id)
+    return HttpResponseRedirect(reverse("admin:audit_auditrecord_change", args=[started.pk]) + "#recording")
 
 
 def recording_events(request: HttpRequest, call_id: str) -> JsonResponse:

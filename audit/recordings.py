@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from django.conf import settings
+from django.db.models import Q
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +40,8 @@ NAME = re.compile(r"\d{4}-\d{2}-\d{2}/[0-9a-f]{8,32}\.jsonl\.gz")
 Event = tuple[float, str, str]
 CODES = frozenset("oeim")
 SIZE_REFRESH_SECONDS = 60.0
+JOB_ENDED = "background.ended"  # the event that keeps a background command's recording (mcpserver/job_recordings.py)
+LEFT_OUT = "bytes of output left out here"  # the note at the per-call cap (executor relay.py, jobhost.py)
 BUDGET_FULL = "the recordings' disk budget (SANDSTORM_RECORDINGS_MAX_BYTES) is full"
 
 
@@ -72,6 +75,16 @@ def state() -> dict[str, Any]:
     budget = settings.RECORDINGS_MAX_BYTES
     used = USAGE.current()
     return {"bytes": used, "budget": budget, "full": bool(budget) and used >= budget}
+
+
+# SANDSTORM_RECORDING_MAX_BYTES=0 turns recording off (privacy, or a host whose disk matters): no call gets a
+# Recording, and a call that printed something says in its finished record why it has none.
+RECORDING_OFF = "recording is off (SANDSTORM_RECORDING_MAX_BYTES=0)"
+
+
+def enabled() -> bool:
+    """Whether calls are recorded at all (`RECORDING_OFF` when not)."""
+    return settings.RECORDING_MAX_BYTES > 0
 
 
 def root() -> Path:
@@ -132,7 +145,7 @@ class Recording:
             return
         self.events += len(lines)
         self.output_bytes += sum(len(event[2].encode()) for event in events)
-        self.cut = self.cut or any(event[1] == "m" for event in events)
+        self.cut = self.cut or any(event[1] == "m" and LEFT_OUT in event[2] for event in events)
 
     def _open(self) -> bool:
         if USAGE.full():
@@ -243,11 +256,12 @@ def damaged(detail: dict[str, Any] | None) -> str | None:
 
 
 def damaged_recordings() -> list[str]:
-    """Each finished record whose recording is missing, changed or cut short, as a line naming the record."""
-    from audit.models import KIND_FINISHED, AuditRecord
+    """Each record whose recording is missing, changed or cut short (a call's finished record, or the event that
+    keeps a background command's), as a line naming the record."""
+    from audit.models import AuditRecord
 
     problems = []
-    records = AuditRecord.objects.filter(kind=KIND_FINISHED, detail__has_key="recording").order_by("id")
+    records = AuditRecord.objects.filter(_naming_recordings()).order_by("id")
     for record_id, call_id, detail in records.values_list("id", "call_id", "detail").iterator(chunk_size=2000):
         problem = damaged(detail)
         if problem is not None:
@@ -255,11 +269,18 @@ def damaged_recordings() -> list[str]:
     return problems
 
 
+def _naming_recordings() -> Q:
+    """The records that may name a recording: calls' finished records, and `background.ended` events."""
+    from audit.models import KIND_EVENT, KIND_FINISHED
+
+    return (Q(kind=KIND_FINISHED) | Q(kind=KIND_EVENT, event=JOB_ENDED)) & Q(detail__has_key="recording")
+
+
 def names_up_to(last_id: int) -> list[str]:
     """The recordings the finished records up to `last_id` name (what a prune of those records removes)."""
-    from audit.models import KIND_FINISHED, AuditRecord
+    from audit.models import AuditRecord
 
-    records = AuditRecord.objects.filter(kind=KIND_FINISHED, id__lte=last_id, detail__has_key="recording")
+    records = AuditRecord.objects.filter(_naming_recordings(), id__lte=last_id)
     names = []
     for detail in records.values_list("detail", flat=True).iterator(chunk_size=2000):
         name = (detail or {}).get("recording", {}).get("name")

@@ -10,6 +10,7 @@ from audit import recording_views, views
 app_name = "audit"
 
 urlpatterns = [
+    path("calls/<str:call_id>/", admin.site.admin_view(recording_views.call_page), name="call_page"),
     path("overview/", admin.site.admin_view(views.overview), name="overview"),
     path("auditrecord/export.csv", admin.site.admin_view(views.export_csv), name="export_csv"),
     path("auditrecord/export.jsonl", admin.site.admin_view(views.export_jsonl), name="export_jsonl"),

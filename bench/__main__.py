@@ -28,6 +28,7 @@ POSTGRES_URL = os.environ.pop("DATABASE_URL", "").strip()
 from bench import audit_admin, compare, scale, sections, toolkit_edit, toolkit_grep, toolkit_output  # noqa: E402
 from bench import confinement as bench_confinement  # noqa: E402
 from bench import policy as bench_policy  # noqa: E402
+from bench import recording as bench_recording  # noqa: E402
 from bench import redaction as bench_redaction  # noqa: E402
 from bench.hop import executor_hop  # noqa: E402
 from bench.report import label_throughput, machine_line, sequential, table, targets  # noqa: E402
@@ -128,6 +129,16 @@ def server_sections(scratch: Path, base: Path, seeded: Path, sizes: sections.Siz
     return results
 
 
+def recording_section(scratch: Path, base: Path, sizes: sections.Sizes) -> dict[str, Any]:
+    """Line 2e: `terminal_exec true` with recording on and off, on two servers of their own, in turns."""
+    recorded = bench_recording.measure(sizes, base, scratch / "recording")
+    log(
+        f"bench: terminal_exec true, recording on {recorded['on']['median_ms']} ms, off {recorded['off']['median_ms']} "
+        f"ms: {recorded['ratio']}x (limit {recorded['limit']}x)"
+    )
+    return recorded
+
+
 def run(options: argparse.Namespace) -> dict[str, Any]:
     sizes = sections.Sizes.quick() if options.quick else sections.Sizes()
     records = options.records or (10_000 if options.quick else 1_000_000)
@@ -146,6 +157,7 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
     try:
         if seeded is not None:
             results.update(server_sections(scratch, base, seeded, sizes, records))
+            results["recording"] = recording_section(scratch, base, sizes)
         scale_sizes = scale.ScaleSizes.quick() if options.quick else scale.ScaleSizes()
         results["scale"] = scale.measure(sizes, scale_sizes, base, scratch / "scale", POSTGRES_URL)
         results["scale"]["sizes"] = scale_sizes.__dict__

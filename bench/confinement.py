@@ -4,7 +4,6 @@ unconfined, in the executor's own code, in turns. Each ratio may be at most 1.15
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import subprocess
 import tempfile
@@ -13,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.client import McpSession, result_text
-from bench.sections import BATCH, SETTLE, TRUE, Sizes, connection, in_turn, timed
+from bench.sections import TRUE, Sizes, connection, timed_in_turns
 from bench.server import BenchServer
 from bench.stats import summary
 from mcpserver.executor import confinement
@@ -34,19 +33,6 @@ def _ratio(durations: dict[str, list[float]], confined: str, unconfined: str) ->
     return {**summaries, "ratio": ratio, "within_limit": ratio <= LIMIT}
 
 
-async def _in_turns(runs: dict[str, Any], sizes: Sizes) -> dict[str, list[float]]:
-    durations: dict[str, list[float]] = {name: [] for name in runs}
-    for run in runs.values():
-        await timed(run, sizes.warmup)
-    names = list(runs)
-    for turn in range(-(-sizes.sequential // BATCH)):
-        count = min(BATCH, sizes.sequential - turn * BATCH)
-        for name in in_turn(names, turn):
-            await asyncio.sleep(SETTLE)
-            durations[name] += await timed(runs[name], count)
-    return durations
-
-
 async def _terminal_exec(server: BenchServer, sizes: Sizes) -> dict[str, Any]:
     tokens = {
         profile: server.manage("create_token", f"bench-{profile}", "--confinement", profile).stdout.split()[-1]
@@ -62,7 +48,7 @@ async def _terminal_exec(server: BenchServer, sizes: Sizes) -> dict[str, Any]:
         runs = {
             profile: functools.partial(session.call, "terminal_exec", TRUE) for profile, session in sessions.items()
         }
-        return _ratio(await _in_turns(runs, sizes), confinement.WORKSPACE, confinement.HOST)
+        return _ratio(await timed_in_turns(runs, sizes), confinement.WORKSPACE, confinement.HOST)
     finally:
         for session in sessions.values():
             await session.close()
@@ -88,7 +74,7 @@ async def _git_status(sizes: Sizes) -> dict[str, Any]:
         try:
             runs = {"read_sandbox": status(confinement.READ), "unconfined": status(confinement.HOST)}
             started = time.perf_counter()
-            durations = await _in_turns(runs, sizes)
+            durations = await timed_in_turns(runs, sizes)
             result = _ratio(durations, "read_sandbox", "unconfined")
             result["seconds"] = round(time.perf_counter() - started, 1)
             return result

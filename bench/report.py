@@ -96,6 +96,10 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         ):
             case = confined[key]
             add(f"confinement_{key}", what, case["ratio"], f"≤ {confined['limit']}x", case["within_limit"])
+    recording = results.get("recording")
+    if recording:
+        add("recording", "terminal_exec true, recording on / recording off (medians in turns)", recording["ratio"],
+            f"≤ {recording['limit']}x", recording["within_limit"])  # fmt: skip
     for name, case in results.get("throughput", {}).items():
         growth = case.get("peak_growth_mb")
         add(f"memory_{name}", f"peak memory growth, {case['label']}", growth, f"< {MEMORY_LIMIT_MB} MB",
@@ -198,6 +202,7 @@ def table(results: dict[str, Any]) -> str:
             f"| 2c | a {redaction['output_bytes'] // 1024} KB output made its record's excerpt (kept whole, redacted, "
             f"hashed): {each} | {redaction['median_us']} µs | | {share:.1f}% of `terminal_exec` `true` | | |"
         )
+    rows += _recording_rows(results.get("recording"), found)
     for name, case in results.get("executor_hop", {}).items():
         local, remote = case["in_process"], case["executor"]
         mark = f"< {HOP_LIMIT_MS} ms | {met(found, 'hop')}" if name == "file_read_1kb" else "|"
@@ -254,6 +259,19 @@ def table(results: dict[str, Any]) -> str:
     )
     rows += scale_rows(results.get("scale"), found)
     return "\n".join(rows)
+
+
+def _recording_rows(recording: dict[str, Any] | None, found: list[dict[str, Any]]) -> list[str]:
+    if not recording:
+        return []
+    on, off = recording["on"], recording["off"]
+    return [
+        f"| 2e | `terminal_exec` `true`, recording off (`SANDSTORM_RECORDING_MAX_BYTES=0`), one session, a server of "
+        f"its own ({off['n']}) | {ms(off['median_ms'])} | {ms(off['p95_ms'])} | 1x | | |",
+        f"| 2e | `terminal_exec` `true`, recording on (the default), in turns with the row above ({on['n']}) | "
+        f"{ms(on['median_ms'])} | {ms(on['p95_ms'])} | {recording['ratio']}x off | ≤ {recording['limit']:g}x | "
+        f"{met(found, 'recording')} |",
+    ]
 
 
 def _toolkit_rows(toolkit: dict[str, Any] | None, found: list[dict[str, Any]]) -> list[str]:

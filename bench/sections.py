@@ -69,6 +69,21 @@ BATCH = 20  # calls of one kind in a row, before the next kind's turn
 SETTLE = 0.05  # seconds between turns: whatever the server still does after a batch does not fall on the next one
 
 
+async def timed_in_turns(runs: dict[str, Any], sizes: Sizes) -> dict[str, list[float]]:
+    """Each of `runs` (a coroutine function per label) warmed up, then `sizes.sequential` calls of each, BATCH at a
+    time in turns, the order rotating round after round: every label's figure spans the same stretch of the run."""
+    durations: dict[str, list[float]] = {name: [] for name in runs}
+    for run in runs.values():
+        await timed(run, sizes.warmup)
+    names = list(runs)
+    for turn in range(-(-sizes.sequential // BATCH)):
+        count = min(BATCH, sizes.sequential - turn * BATCH)
+        for name in in_turn(names, turn):
+            await asyncio.sleep(SETTLE)
+            durations[name] += await timed(runs[name], count)
+    return durations
+
+
 async def spawn_bash() -> None:
     process = await asyncio.create_subprocess_exec("/bin/bash", "-c", "true")
     await process.wait()

@@ -15,9 +15,11 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils.html import format_html
 
 from audit.log import event, request_actor
+from audit.models import KIND_STARTED, AuditRecord
 from audit.visible import one_line
 from mcpserver.background import job_ref, stop_jobs
 from mcpserver.executor.interface import Executor, ExecutorError
@@ -47,7 +49,9 @@ def job_states(rows: list[BackgroundProcess]) -> list[dict[str, Any]]:
 
 @admin.register(BackgroundProcess)
 class BackgroundProcessAdmin(admin.ModelAdmin):
-    list_display = ["pid", "username", "short_command", "started_at", "state", "output_size", "credential"]
+    list_display = [
+        "pid", "username", "short_command", "started_at", "state", "output_size", "replay", "credential"
+    ]  # fmt: skip
     list_display_links = None
     list_filter = ["username"]
     search_fields = ["command", "username", "=pid"]
@@ -68,8 +72,14 @@ class BackgroundProcessAdmin(admin.ModelAdmin):
         response = super().changelist_view(request, {"title": "Background commands", **(extra_context or {})})
         if isinstance(response, TemplateResponse) and response.context_data and "cl" in response.context_data:
             rows = list(response.context_data["cl"].result_list)
+            calls = dict(
+                AuditRecord.objects.filter(
+                    kind=KIND_STARTED, call_id__in=[row.call_id for row in rows if row.call_id]
+                ).values_list("call_id", "pk")
+            )
             for row, state in zip(rows, job_states(rows), strict=True):
                 row.job_state = state  # read by the columns below as the page renders
+                row.call_pk = calls.get(row.call_id)
         return response
 
     @admin.display(description="command")
@@ -88,6 +98,20 @@ class BackgroundProcessAdmin(admin.ModelAdmin):
     def output_size(self, obj: BackgroundProcess) -> str:
         size = getattr(obj, "job_state", UNKNOWN)["size"]
         return "" if size is None else f"{size:,} bytes"
+
+    @admin.display(description="recording")
+    def replay(self, obj: BackgroundProcess) -> str:
+        """A link to the page of the call that started it, which plays its recording (as far as it goes, while it
+        runs), or why there is none."""
+        kept = obj.recording if isinstance(obj.recording, dict) else None
+        call_pk = getattr(obj, "call_pk", None)
+        if kept is not None and "name" not in kept:
+            return f"not recorded: {kept.get('unrecorded') or 'it printed nothing'}"
+        if call_pk is None:
+            return ""
+        url = reverse("admin:audit_auditrecord_change", args=[call_pk]) + "#recording"
+        label = "▶ replay" if kept is not None else "▶ replay so far"
+        return format_html('<a class="job-replay" href="{}">{}</a>', url, label)
 
     @admin.action(description="Stop the selected background commands")
     def stop(self, request: HttpRequest, queryset: QuerySet[BackgroundProcess]) -> None:

@@ -26,12 +26,14 @@ from mcpserver.executor.confinement import HOST
 from mcpserver.executor.interface import ExecutorError
 from mcpserver.guard import JsonErrors
 from mcpserver.inflight import IN_FLIGHT
+from mcpserver.job_recordings import JobRecorder
 from mcpserver.lifespan import Housekeeping, SessionManagerRunner
 from mcpserver.origins import HostOriginCheck
 from mcpserver.process import INSTANCE_ID, sandstorm_version
 from mcpserver.revocations import RevocationWatcher
 from mcpserver.services import Services, build_services, register
 from mcpserver.shared_limits import SharedSessionLedger
+from mcpserver.step_up import StepUpGate
 from mcpserver.stopping import StopGate
 from mcpserver.tool_server import build_server
 from mcpserver.transport import install as install_transport
@@ -106,6 +108,7 @@ def build_mcp_application(services: Services | None = None) -> McpApplication:
     failures = FailureAggregator()
     housekeeping = Housekeeping(failures, services.audit_budget)
     watcher = RevocationWatcher(IN_FLIGHT, services.executor)
+    job_recorder = JobRecorder(lambda: services.executor)
     bus = WorkerBus(on_revocation=watcher.wake_threadsafe, sessions=services.sessions)
     if isinstance(services.sessions, SharedSessionLedger):
         services.sessions.ask_others = ask_workers_to_end_idle_session
@@ -115,11 +118,13 @@ def build_mcp_application(services: Services | None = None) -> McpApplication:
         await sync_to_async(cancel_orphaned, thread_sensitive=False)(INSTANCE_ID)
         await announce_executor(services)
         await watcher.start()
+        await job_recorder.start()
         await bus.start()
 
     async def stop() -> None:
         await bus.stop()
         await watcher.stop()
+        await job_recorder.stop()
         await stop_waiting()  # held approval requests end as cancelled: nobody would be left to run them
         await asyncio.to_thread(audit_log.close)  # every session has ended: write what is queued
         await housekeeping.stop()
@@ -131,8 +136,10 @@ def build_mcp_application(services: Services | None = None) -> McpApplication:
 
     runner = SessionManagerRunner(server.session_manager, on_start=start, on_stop=stop, before_stop=before_stop)
     authenticator = build_authenticator()
+    endpoint = McpEndpoint(runner, services.sessions)
+    step_up = StepUpGate(endpoint, services=services, resource_metadata_url=resource_metadata_url())
     app = BearerAuthMiddleware(
-        JsonBodyGate(McpEndpoint(runner, services.sessions), max_body_bytes=settings.MAX_REQUEST_BYTES),
+        JsonBodyGate(step_up, max_body_bytes=settings.MAX_REQUEST_BYTES),
         authenticate=authenticator,
         rate_limiter=services.rate_limiter,
         resource_metadata_url=resource_metadata_url(),

@@ -19,6 +19,7 @@ from mcpserver.dispatch import call_parts, record_denied
 from mcpserver.limits import LimitsUnavailable, RateLimiter, RequestLimit
 from mcpserver.process import INSTANCE_ID
 from mcpserver.responses import send_json
+from mcpserver.scopes import SCOPE_TO_USE, bearer_challenge
 from oauth.credentials import CredentialSuspended, InsufficientScope, Principal
 from oauth.models import SCOPE_ALL, SCOPE_READ
 
@@ -125,22 +126,26 @@ class BearerAuthMiddleware:
                 logger.exception("could not record a failed authentication")
 
     async def unauthorized(self, send: Send, *, token_given: bool) -> None:
-        challenge = f'Bearer resource_metadata="{self.resource_metadata_url}"'
+        """401, naming the scope to ask for (mcpserver.scopes): an OAuth client's first authorization requests it."""
+        challenge = bearer_challenge(self.resource_metadata_url, scope=SCOPE_TO_USE)
         body: dict[str, object] = {"error": "unauthorized", "error_description": "A bearer token is required."}
         if token_given:
-            challenge = f'Bearer error="invalid_token", error_description="The token is unknown, revoked or expired", resource_metadata="{self.resource_metadata_url}"'
+            challenge = bearer_challenge(
+                self.resource_metadata_url,
+                error="invalid_token",
+                scope=SCOPE_TO_USE,
+                error_description="The token is unknown, revoked or expired",
+            )
             body = {"error": "invalid_token", "error_description": "The token is unknown, revoked or expired."}
-        await send_json(send, 401, body, [(b"www-authenticate", challenge.encode())])
+        await send_json(send, 401, body, [(b"www-authenticate", challenge)])
 
     async def insufficient_scope(self, send: Send) -> None:
-        challenge = (
-            f'Bearer error="insufficient_scope", scope="{SCOPE_ALL}", resource_metadata="{self.resource_metadata_url}"'
-        )
+        challenge = bearer_challenge(self.resource_metadata_url, error="insufficient_scope", scope=SCOPE_TO_USE)
         body = {
             "error": "insufficient_scope",
             "error_description": f"The token carries neither {SCOPE_ALL} nor {SCOPE_READ}.",
         }
-        await send_json(send, 403, body, [(b"www-authenticate", challenge.encode())])
+        await send_json(send, 403, body, [(b"www-authenticate", challenge)])
 
     async def suspended(self, send: Send) -> None:
         """403, not 401: the token is genuine, and a 401 would send an OAuth client to renew it (or its user to sign

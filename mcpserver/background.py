@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from django.conf import settings
 from django.utils import timezone
 
 from mcpserver.executor.interface import BackgroundStart, Executor
@@ -12,7 +13,15 @@ from mcpserver.process import INSTANCE_ID
 from oauth.credentials import Principal
 
 
-async def record_started_process(principal: Principal, started: BackgroundStart, command: str, cwd: str) -> None:
+def record_cap() -> int:
+    """Bytes of a job's output its recording keeps (head and tail past it); 0: recording is off."""
+    return int(settings.RECORDING_MAX_BYTES)
+
+
+async def record_started_process(
+    principal: Principal, started: BackgroundStart, command: str, cwd: str, call_id: str
+) -> None:
+    """The registry's row of a job `call_id` started; its recording is kept from it (job_recordings.py)."""
     await BackgroundProcess.objects.acreate(
         pid=started.pid,
         pgid=started.pgid,
@@ -23,6 +32,7 @@ async def record_started_process(principal: Principal, started: BackgroundStart,
         credential=principal.key,
         username=principal.username,
         instance_id=INSTANCE_ID,
+        call_id=call_id,
     )
 
 

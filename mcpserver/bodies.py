@@ -5,7 +5,8 @@ same (Python's `json` raises RecursionError on deep nesting, which became a 500 
 `NaN` and `Infinity`, which JSON does not have and which reached the tools as floats. So one strict parse — the
 SDK's own parser, with `NaN`/`Infinity` refused; deep nesting, invalid UTF-8, lone surrogates and out-of-range
 numbers are refused by it already — decides for every era (a session's opening request, its later ones,
-2026-07-28 requests). A body larger than the limit is handed on unread past the limit, for the SDK's 413.
+2026-07-28 requests). A body larger than the limit is handed on unread past the limit, for the SDK's 413. A strict
+body is also left in the scope (BODY_KEY), so that nothing behind the gate reads the request a second time.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 logger = logging.getLogger(__name__)
 PARSE_ERROR = -32700
 MAX_DETAIL = 200  # characters of the parser's message echoed to the client
+# Where a POST's whole body, found strict JSON, is left in the ASGI scope for what behind the gate looks at it before
+# the SDK (mcpserver.step_up); the body is still replayed to the app as it came.
+BODY_KEY = "sandstorm.body"
 
 
 def parse_error(body: bytes) -> str | None:
@@ -54,9 +58,12 @@ class JsonBodyGate:
             if not message.get("more_body", False):
                 complete = True
                 break
-        if complete and len(body) <= self.max_body_bytes and (reason := parse_error(bytes(body))) is not None:
-            await refuse(send, reason)
-            return
+        if complete and len(body) <= self.max_body_bytes:
+            whole = bytes(body)
+            if (reason := parse_error(whole)) is not None:
+                await refuse(send, reason)
+                return
+            scope = {**scope, BODY_KEY: whole}
 
         async def replay() -> Message:
             return read.popleft() if read else await receive()

@@ -10,7 +10,7 @@ from typing import Any
 from mcp.server.mcpserver import Context
 
 from audit.log import Actor
-from audit.recordings import Recording, live_text
+from audit.recordings import RECORDING_OFF, Recording, live_text
 from mcpserver.executor.interface import Executor, OutputEvent
 from mcpserver.live import LIVE
 from mcpserver.stop_reasons import StopNote
@@ -29,7 +29,8 @@ class ToolCall:
     result_cap: int
     context: Context[Any, Any] | None = None
     call_id: str = ""  # the audit log's, once its started record is written
-    recording: Recording | None = None  # of what its commands print, once its started record is written
+    recording: Recording | None = None  # of what its commands print, once its started record is written (if on)
+    printed: bool = False  # whether its commands printed anything (recorded or not)
     stop_note: StopNote = field(default_factory=StopNote)  # why it was stopped, if someone stops it
     _progress: int = 0
 
@@ -52,10 +53,18 @@ class ToolCall:
         progress if the client asked for it."""
         if self.recording is not None:
             self.recording.write(events)
+        self.printed = self.printed or any(text for _at, _code, text in events)
         text = live_text(events)
         LIVE.output(self.call_id, text)
         if progress:
             await self.progress(text[-PROGRESS_CHARS:])
+
+    def end_recording(self) -> dict[str, Any] | None:
+        """What the finished record keeps of the call's recording (None: the call printed nothing). With recording
+        off, a call that printed something says so, as one left unrecorded at a full budget does."""
+        if self.recording is not None:
+            return self.recording.close()
+        return {"unrecorded": RECORDING_OFF} if self.printed else None
 
 
 def principal_from_request(request: Any) -> Principal | None:

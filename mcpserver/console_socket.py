@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 from channels.auth import AuthMiddlewareStack
 from channels.db import database_sync_to_async
@@ -50,6 +50,7 @@ from mcpserver.tools.jobs import state_text
 from mcpserver.workers import ask_workers_to_stop, tell_workers
 from oauth.authority import parse_authority
 from oauth.credentials import KIND_BEARER, KIND_OAUTH
+from oauth.return_to import RETURN_FIELD
 
 logger = logging.getLogger(__name__)
 
@@ -149,22 +150,30 @@ def scope_actor(user: Any, scope: Scope) -> Actor:
 
 
 def revoke_url(credential_key: str) -> str:
-    """The console's page that confirms revoking this credential ("bearer:<id>", "oauth:<app>:<user>"), or ""."""
+    """The console's page that confirms revoking this credential ("bearer:<id>", "oauth:<app>:<user>"), or ""; it
+    returns to the Live page once the credential is revoked (or kept)."""
     kind, _, rest = credential_key.partition(":")
     ident = rest.split(":", 1)[0]
     names = {KIND_BEARER: "admin:oauth_bearertoken_revoke", KIND_OAUTH: "admin:oauth_connectedapp_revoke"}
     if kind not in names or not ident.isdigit():
         return ""
     try:
-        return reverse(names[kind], args=[ident])
+        return f"{reverse(names[kind], args=[ident])}?{urlencode({RETURN_FIELD: reverse('admin:live')})}"
     except NoReverseMatch:
         return ""
 
 
 def with_links(call: Mapping[str, Any], *, output: bool = True) -> dict[str, Any]:
     shown = {key: value for key, value in call.items() if output or key != "output"}
-    recording = reverse("audit:recording_events", args=[call["call_id"]]) if call.get("call_id") else ""
-    return {**shown, "revoke_url": revoke_url(str(call.get("credential_key", ""))), "recording_url": recording}
+    call_id = call.get("call_id")
+    recording = reverse("audit:recording_events", args=[call_id]) if call_id else ""
+    page = reverse("audit:call_page", args=[call_id]) if call_id else ""
+    return {
+        **shown,
+        "revoke_url": revoke_url(str(call.get("credential_key", ""))),
+        "recording_url": recording,
+        "page_url": page,
+    }
 
 
 def pending_approvals() -> list[dict[str, Any]]:

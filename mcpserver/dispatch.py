@@ -26,6 +26,7 @@ from mcp.server.mcpserver import Context
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult
 
+from audit import recordings
 from audit.log import Actor, acall_denied, acall_read, acall_started, afinish_call, started_record
 from audit.log.refusals import RefusalLog
 from audit.models import (
@@ -38,7 +39,6 @@ from audit.models import (
     OUTCOME_TIMEOUT,
     AuditRecord,
 )
-from audit.recordings import Recording
 from mcpserver.approvals.asking import hold_for_approval
 from mcpserver.approvals.holds import keep_waiting
 from mcpserver.approvals.requests import (
@@ -60,10 +60,10 @@ from mcpserver.policy_gate import Decision, command_shape, decide_call, places_f
 from mcpserver.process import INSTANCE_ID
 from mcpserver.registry import ToolSpec
 from mcpserver.results import ToolResult, render
+from mcpserver.scopes import scope_refusal
 from mcpserver.services import Services
+from mcpserver.stop_reasons import TIMEOUT, Stopped
 from mcpserver.stopping import CALL_STOPPED, NOT_ACCEPTED, STOPPING_CODE
-from oauth.credentials import Principal
-from oauth.models import SCOPE_READ
 
 logger = logging.getLogger(__name__)
 # Tools whose output comes whole with their result (git's network tools): recorded as one event at their end.
@@ -88,16 +88,6 @@ EXECUTOR_LOST = (
 )
 
 
-def scope_refusal(spec: ToolSpec, principal: Principal, arguments: Mapping[str, Any]) -> str | None:
-    """The error text if this credential's scope does not allow this call, else None."""
-    if not principal.read_only:
-        return None
-    refused = spec.read_only_refusal(arguments)
-    if refused is None:
-        return None
-    return f"Error: this credential's scope ({SCOPE_READ}) does not allow {refused}"
-
-
 async def dispatch(
     spec: ToolSpec, context: Context[Any, Any], arguments: dict[str, Any], services: Services
 ) -> CallToolResult:
@@ -115,6 +105,8 @@ async def dispatch(
     if full is not None:
         # Not recorded call by call (a flood would fill the disk again): counted, and recorded once a minute.
         return render(ToolResult.error(full), services.result_cap)
+    # An OAuth credential's call its scope refuses is answered 403 before it gets here (mcpserver.step_up), by the
+    # same decision; a bearer token's is answered here, as a tool error.
     refusal = scope_refusal(spec, principal, arguments)
     if refusal is not None:
         return await deny(actor, spec, arguments, services, refusal)
@@ -279,26 +271,31 @@ async def _live_and_recorded(
     """`run` as a call the live view shows, its end recorded by `record` with its recording: the result, and whether
     it was recorded."""
     LIVE.started(_live_call(started, call, cancel_scope))
-    call.recording = Recording(started.call_id, started.tool, started.created_at.timestamp())
+    if recordings.enabled():
+        call.recording = recordings.Recording(started.call_id, started.tool, started.created_at.timestamp())
     began = time.monotonic()
     outcome = OUTCOME_CANCELLED
     try:
         outcome, result = await run()
-        if started.tool in RESULT_RECORDED and not call.recording.events:
+        if started.tool in RESULT_RECORDED and not call.printed:
             # Not streamed: what it printed is its result, recorded (and shown live) as it ends.
             await call.output([(round(time.monotonic() - began, 3), "o", result.text)], progress=False)
     except BaseException:
         # Cancelled by the client, a disconnect or shut-down: record it even inside the cancelled scope.
         with anyio.CancelScope(shield=True):
             stopped = call.stop_note.why()
-            ending = {"recording": call.recording.close(), "reason": stopped.sentence(), "stopped": stopped.as_detail()}
+            ending = {"recording": call.end_recording(), "reason": stopped.sentence(), "stopped": stopped.as_detail()}
             await record(OUTCOME_CANCELLED, ToolResult.error("cancelled"), ending)
         raise
     finally:
         LIVE.ended(started.call_id, outcome)
     # Shielded: a call with its result is not cancelled while that is recorded; it answers with it.
+    ending = {"recording": call.end_recording()}
+    if outcome == OUTCOME_TIMEOUT:
+        timed_out = Stopped(TIMEOUT, detail=str(result.extra.get("timeout") or ""))
+        ending |= {"reason": timed_out.sentence(), "stopped": timed_out.as_detail()}
     with anyio.CancelScope(shield=True):
-        recorded = await record(outcome, result, {"recording": call.recording.close()})
+        recorded = await record(outcome, result, ending)
     return result, recorded
 
 

@@ -90,8 +90,9 @@ async def health(request: HttpRequest) -> JsonResponse:
             "database": {"ok": True} if database_error is None else {"ok": False, "error": database_error},
             # The audit log's size against SANDSTORM_AUDIT_MAX_BYTES (null: no budget); full: tool calls are refused.
             "audit_log": budget.as_json() if budget is not None else None,
-            # What calls printed, kept whole (audit/recordings.py): full means new calls go unrecorded, never refused.
-            "recordings": recordings.state(),
+            # What calls printed, kept whole (audit/recordings.py): full means new calls go unrecorded, never refused;
+            # "on": false, that recording is off (SANDSTORM_RECORDING_MAX_BYTES=0).
+            "recordings": {"on": recordings.enabled(), **recordings.state()},
             # Finished records the database refused, held until it takes them (audit/log/held.py).
             "audit_records_held": None if unwritten is None else {"count": held().count, "error": unwritten},
             # Several workers (docs/scaling.md): which one answered, and whether the Redis they share answers.

@@ -21,6 +21,13 @@ class BackgroundProcess(models.Model):
     instance_id = models.CharField(max_length=32, help_text="the server process that started it")
     started_at = models.DateTimeField(default=timezone.now)
     signalled_at = models.DateTimeField(null=True, blank=True)
+    # Its recording (mcpserver/job_recordings.py): the call that started it, how far its events are kept, which
+    # server process keeps them (and when it last did), and, once the job is over, what its audit event says of it.
+    call_id = models.CharField(max_length=32, blank=True, help_text="the audit log's call that started it")
+    recorded_offset = models.BigIntegerField(default=0)
+    recorder = models.CharField(max_length=32, blank=True)
+    recorder_seen = models.DateTimeField(null=True, blank=True)
+    recording = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["-started_at"]

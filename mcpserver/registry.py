@@ -6,9 +6,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel
-
-from mcpserver.results import ToolResult
+from mcpserver.results import ToolOutput, ToolResult
 
 # Given a call's arguments, the scope error suffix for a read-only credential (None: the call is read-only).
 ReadOnlyCheck = Callable[[Mapping[str, Any]], str | None]
@@ -26,8 +24,9 @@ class ToolSpec:
     open_world: bool
     # A tool that is read-only for some arguments only (git_branch lists without `name`, creates with it).
     read_only_when: ReadOnlyCheck | None = None
-    # The model of the tool's structured result (its outputSchema); None for the 20 upstream tools, which have none.
-    output: type[BaseModel] | None = None
+    # The model of the tool's structured result (its outputSchema); None for a tool whose result is a document (a
+    # file, a listing, git's own output) that a structured copy could only repeat (docs/tools.md says which).
+    output: type[ToolOutput] | None = None
 
     @property
     def visible_to_read_only(self) -> bool:
@@ -53,13 +52,15 @@ def tool(
     idempotent: bool = False,
     open_world: bool = False,
     read_only_when: ReadOnlyCheck | None = None,
-    output: type[BaseModel] | None = None,
+    output: type[ToolOutput] | None = None,
 ) -> Callable[[ToolFunction], ToolFunction]:
     """Register a tool. Its first parameter is the ToolCall; the others are the MCP arguments.
 
     A tool with an `output` model publishes it as its outputSchema, and every result it returns without an error
-    carries `structured` in that shape (the SDK checks it before the result leaves): keep it small, the text
-    carries the bulk.
+    carries `structured` in that shape (the SDK checks it before the result leaves). Claude Code, Codex and other
+    clients show the model the structured copy instead of the text when there is one, so what the copy leaves out
+    of the text, their models do not see: a copy holds the text's facts and any output it carries (render() cuts a
+    copy that would not fit beside the text, never the text for it).
     """
 
     def register(fn: ToolFunction) -> ToolFunction:

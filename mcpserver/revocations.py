@@ -82,14 +82,26 @@ async def stop_background_processes(revocations: Sequence[Revocation], executor:
     wanted = [revocation for revocation in revocations if revocation.stop_background]
     if not wanted:
         return []
-    stopped = await _stop_jobs(wanted, executor)
+    claimed = await sync_to_async(_claim_processes, thread_sensitive=False)(wanted)
+    stopped = await _stop_jobs(wanted, executor, claimed)
     for revocation in wanted:
+        if await _jobs_ended_elsewhere(revocation, {process.pk for process, _by in claimed}):
+            continue  # the process that claimed them ends what else is left once it has ended them (and said so)
         await _stop_detached(revocation, executor)
     return stopped
 
 
-async def _stop_jobs(wanted: Sequence[Revocation], executor: Callable[[], Executor]) -> list[int]:
-    claimed = await sync_to_async(_claim_processes, thread_sensitive=False)(wanted)
+async def _jobs_ended_elsewhere(revocation: Revocation, mine: set[int]) -> bool:
+    """Whether another process claimed background jobs of this revocation (not those in `mine`) that it may still
+    be ending. Their processes are in the credentials' groups too: killing those groups here first would end the
+    jobs unaudited as jobs (their claimer would find nothing left to stop)."""
+    claimed = BackgroundProcess.objects.filter(
+        signalled_at__gte=revocation.created_at, started_at__lte=revocation.created_at
+    ).exclude(pk__in=mine)
+    return any([revocation.covers(process.credential) async for process in claimed])
+
+
+async def _stop_jobs(wanted: Sequence[Revocation], executor: Callable[[], Executor], claimed: Claimed) -> list[int]:
     if not claimed:
         return []
     ended = await asyncio.gather(*(_end(executor(), process) for process, _revocation in claimed))

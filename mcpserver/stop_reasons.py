@@ -1,8 +1,9 @@
 """Why a running call was stopped, and by whom: what its finished audit record says of a cancelled call.
 
 Whoever cancels a call (the console's Stop or Disconnect, a revocation, rotation or suspension, the client hanging
-up, the server stopping) notes why on the call's `StopNote` before cancelling its scope; the call records the first note it got. A call
-cancelled with no note was cancelled by its client through the SDK (`notifications/cancelled`, or its session ended).
+up, the server stopping) notes why on the call's `StopNote` before cancelling its scope; the call records the first
+note it got. A call cancelled with no note was cancelled by its client through the SDK (`notifications/cancelled`,
+or its session ended). A command that ran past its own timeout was stopped by no one: its record says so too.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ CONSOLE, REVOCATION, ROTATION, DISCONNECT, SHUTDOWN, CLIENT = (
     "console", "revocation", "rotation", "disconnect", "shutdown", "client",
 )  # fmt: skip
 SUSPENSION, SESSION_ENDED = "suspension", "session_ended"  # an admin suspended its credential, ended its MCP session
+TIMEOUT = "timeout"  # the command ran past its own timeout (terminal_exec's `timeout`); nobody stopped it
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,9 @@ class Stopped:
             return "cancelled: the client hung up before the answer"
         if self.channel == SHUTDOWN:
             return "cancelled: the server was stopping"
+        if self.channel == TIMEOUT:
+            after = f" of {self.detail} s" if self.detail else ""
+            return f"timed out: it ran past its timeout{after}, and its processes were killed"
         return "cancelled by the client (it cancelled the request or ended its session)"
 
     def as_detail(self) -> dict[str, str]:

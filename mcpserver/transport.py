@@ -13,6 +13,10 @@ emits a notification.
 Each session's transport also reports to its credential's place in the session ledger (mcpserver.sessions): the
 requests it serves, whether one went beyond the handshake, and its end.
 
+A GET (the session's stream for what the server sends unasked) gets its headers at once, where Daphne would hold
+them until the stream's first bytes, and a `Last-Event-ID` on it opens a fresh stream: no event is numbered, so
+there is nothing to replay.
+
 The choice is made in `handle_request`, the transport's public entry point: it reads the POST's body (already read
 and size-limited by the SDK's body limit, which hands it on as one message), decides, and hands the same messages
 to the SDK. The SDK's transport reads its public `is_json_response_enabled` wherever it chooses between the two
@@ -34,6 +38,7 @@ from django.conf import settings
 from mcp.server import streamable_http_manager
 from mcp.server.streamable_http import StreamableHTTPServerTransport, check_accept_headers
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
@@ -81,6 +86,8 @@ class SandstormTransport(StreamableHTTPServerTransport):
         try:
             if scope["method"] == "POST":
                 await self._handle_post(scope, receive, send)
+            elif scope["method"] == "GET":
+                await super().handle_request(without_last_event_id(scope), receive, headers_at_once(send))
             else:
                 await super().handle_request(scope, receive, send)
         finally:
@@ -130,6 +137,33 @@ class SandstormTransport(StreamableHTTPServerTransport):
         if self.client_elicits and POLICY.users_may_approve() and b'"tools/call"' in body:
             return False  # the call may ask the client's user (mcpserver.approvals.asking)
         return only_an_answer_can_follow(body)
+
+
+def without_last_event_id(scope: Scope) -> Scope:
+    """A GET's scope without its `Last-Event-ID`: Sandstorm numbers no events and keeps none to replay, so a GET that
+    names one opens a fresh stream like any other GET. (The spec's server "MAY use this header to replay"; its GET
+    answers with an event stream or 405. Handed the header without an event store, the SDK returns without answering,
+    and Daphne keeps the connection open with no answer.)"""
+    headers = [(name, value) for name, value in scope["headers"] if name != b"last-event-id"]
+    return scope if len(headers) == len(scope["headers"]) else {**scope, "headers": headers}
+
+
+def headers_at_once(send: Send) -> Send:
+    """`send`, with an empty piece of body right after the start of an event stream. Daphne (Twisted) writes a
+    response's headers with its first body bytes, so a GET stream's headers would otherwise wait for its first message
+    or the first keep-alive comment, 15 s on; the empty piece sends them alone, and the stream carries nothing more."""
+
+    async def sending(message: Message) -> None:
+        await send(message)
+        if message["type"] == "http.response.start" and is_event_stream(message):
+            await send({"type": "http.response.body", "body": b"", "more_body": True})
+
+    return sending
+
+
+def is_event_stream(start: Message) -> bool:
+    content_type = Headers(raw=list(start.get("headers", []))).get("content-type", "")
+    return content_type.split(";")[0].strip().lower() == "text/event-stream"
 
 
 def worker_session_id(session_id: str) -> str:

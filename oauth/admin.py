@@ -37,6 +37,7 @@ from oauth.credential_activity import (
 )
 from oauth.credentials import KIND_BEARER
 from oauth.models import SCOPE_ALL, SCOPE_CHOICES, SCOPE_WORDS, BearerToken, CredentialRotation, new_token_secret
+from oauth.return_to import RETURN_FIELD, return_url
 from oauth.session_links import bearer_sessions
 from oauth.token_form import NewTokenForm, RenameTokenForm
 from oauth.tokens import revoke_tokens, save_new_token
@@ -269,12 +270,13 @@ class BearerTokenAdmin(ConsoleList):
         if not self.may_revoke(request):
             raise PermissionDenied
         token_url = reverse("admin:oauth_bearertoken_change", args=[token.pk])
+        back = return_url(request, token_url)  # the Live view's "Revoke credential" comes back to Live
         if request.method == "POST":
             if revoke_tokens(BearerToken.objects.filter(pk=token.pk), request_actor(request)):
                 self.message_user(request, REVOKED_MESSAGE.format(name=token.name), messages.SUCCESS)
             else:
                 self.message_user(request, f"Token “{token.name}” was revoked already.", messages.INFO)
-            return HttpResponseRedirect(token_url)
+            return HttpResponseRedirect(back)
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
@@ -283,6 +285,8 @@ class BearerTokenAdmin(ConsoleList):
             "status_badge": status_badge(token.status),
             "running": running_count(bearer_calls(token.pk)),
             "token_url": token_url,
+            "back": back,
+            "return_field": RETURN_FIELD,
             "media": self.media,
         }
         return TemplateResponse(request, "admin/oauth/bearertoken/revoke.html", context)

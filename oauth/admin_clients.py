@@ -51,6 +51,7 @@ from oauth.models import (
     ConnectedAppAccessToken,
     ConnectedAppRefreshToken,
 )
+from oauth.return_to import RETURN_FIELD, return_url
 from oauth.revocation import revoke_access_tokens, revoke_clients
 from oauth.views.suspension import RESUME, SUSPEND, app_suspension
 
@@ -284,11 +285,12 @@ class ClientAdmin(ReadOnlyAdmin):
         if not self.may_revoke(request):
             raise PermissionDenied
         app_url = reverse("admin:oauth_connectedapp_change", args=[application.pk])
+        back = return_url(request, app_url)  # the Live view's "Revoke credential" comes back to Live
         name = application.name or application.client_id
         if request.method == "POST":
             revoke_clients(Application.objects.filter(pk=application.pk), request_actor(request))
             self.message_user(request, CLIENT_REVOKED_MESSAGE.format(name=name), messages.SUCCESS)
-            return HttpResponseRedirect(app_url)
+            return HttpResponseRedirect(back)
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
@@ -298,6 +300,8 @@ class ClientAdmin(ReadOnlyAdmin):
             "live_tokens": live_tokens_of(application).count(),
             "running": running_count(app_calls(application.name, application.client_id)),
             "app_url": app_url,
+            "back": back,
+            "return_field": RETURN_FIELD,
             "media": self.media,
         }
         return TemplateResponse(request, "admin/oauth/connectedapp/revoke.html", context)

@@ -7,6 +7,9 @@
   succeed), and linked to the tokens they produced, so that a replayed code revokes them.
 - Clients: a client that obtained a token is marked used (for `prune_clients`); a CIMD client seen for the first
   time is recorded and audited like a dynamic registration.
+- Suspended apps (oauth.suspension): a code or refresh token of an app suspended for every user or for its user is
+  refused with `invalid_grant` saying so, once the toolkit has found it valid and before anything is rotated or
+  consumed, so the same refresh token works again once the app is resumed.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import logging
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 from oauth2_provider.models import AccessToken, Application, Grant, RefreshToken
@@ -28,9 +32,16 @@ from oauth.credentials import application_label, oauth_key
 from oauth.models import ClientRegistration, CodeExchange, Revocation
 from oauth.redirects import redirect_uri_refusal
 from oauth.revocation import announce, code_hash, revoke_tokens_of_replayed_code
+from oauth.suspension import suspension_of
 
 logger = logging.getLogger(__name__)
 CODE_CONSUMED = "_sandstorm_code_consumed"
+# RFC 6749's error_description: printable ASCII without '"' or '\'.
+SUSPENDED_DESCRIPTION = (
+    "This app is suspended by an administrator of this Sandstorm server: it gets no new tokens until an "
+    "administrator resumes it. Nothing was revoked."
+)
+REFUSALS_RECORDED_EVERY = 60  # seconds: one audit record per app, user and grant type
 
 
 def resource_target_error(
@@ -51,6 +62,30 @@ def resource_target_error(
 
 def client_address(request: Request) -> str:
     return str(request.headers.get("REMOTE_ADDR", "") or "")[:64]
+
+
+def refuse_if_suspended(client: Application, request: Request) -> None:
+    """Raise `invalid_grant` if an admin suspended `client` for every user or for the grant's user (set on `request`
+    by the toolkit's check of the code or refresh token): a suspended app gets no new tokens, and nothing of it is
+    revoked or used up, so it goes on once resumed. Each refusal is audited, at most once a minute per app, user and
+    grant type (a client retrying in a loop would otherwise fill the log)."""
+    user = getattr(request, "user", None)
+    user_id = user.pk if user is not None else None
+    suspension = suspension_of(client, user_id)
+    if suspension is None:
+        return
+    if cache.add(f"sandstorm:oauth-refused:{client.pk}:{user_id}:{request.grant_type}", True, REFUSALS_RECORDED_EVERY):
+        event(
+            "oauth.token_refused",
+            Actor(client_address=client_address(request)),
+            client_id=client.client_id,
+            client=application_label(client.name, client.client_id),
+            owner=user.get_username() if user is not None else "",
+            grant_type=request.grant_type,
+            reason="suspended",
+            for_every_user=suspension.user_id is None,
+        )
+    raise errors.InvalidGrantError(description=SUSPENDED_DESCRIPTION, request=request)
 
 
 class SandstormValidator(OAuth2Validator):
@@ -87,6 +122,7 @@ class SandstormValidator(OAuth2Validator):
         self, client_id: str, code: str, client: Application, request: Request, *args: Any, **kwargs: Any
     ) -> bool:
         if super().validate_code(client_id, code, client, request, *args, **kwargs):
+            refuse_if_suspended(client, request)  # the code is kept: it works if the app is resumed within its life
             return True
         if revoke_tokens_of_replayed_code(code, client, client_address(request)):
             logger.warning("authorization code of client %s replayed; its tokens were revoked", client.client_id)
@@ -142,7 +178,9 @@ class SandstormValidator(OAuth2Validator):
         self, refresh_token: str, client: Application, request: Request, *args: Any, **kwargs: Any
     ) -> bool:
         valid = bool(super().validate_refresh_token(refresh_token, client, request, *args, **kwargs))
-        if not valid:
+        if valid:
+            refuse_if_suspended(client, request)  # before the rotation: the same refresh token works once resumed
+        else:
             checksum = hashlib.sha256(refresh_token.encode("utf-8")).hexdigest()
             reused = (
                 RefreshToken.objects.filter(token_checksum=checksum, revoked__isnull=False)

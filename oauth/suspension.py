@@ -2,10 +2,13 @@
 
 While suspended, every request at /mcp with the credential is refused (403) saying it is suspended by an
 administrator (oauth.credentials reads the suspension in the query that finds the token), and nothing is revoked or
-deleted: resuming makes the same token work again, in the same MCP session. Suspending cancels the credential's
-running tool calls through the revocation machinery (a Revocation row of reason `suspension`, oauth.revocation),
-which revokes nothing; its background processes are stopped only if the admin asks (they keep running otherwise,
-as a suspension is meant to be undone). Each suspension and resumption is recorded in the audit log.
+deleted: resuming makes the same token work again, in the same MCP session. A suspended app gets no new tokens
+either: the token endpoint refuses its refresh tokens and codes with `invalid_grant` (oauth.policy), and the consent
+page does not offer it for approval (oauth/views/consent.py); both work again once it is resumed. Suspending cancels
+the credential's running tool calls through the revocation machinery (a Revocation row of reason `suspension`,
+oauth.revocation), which revokes nothing; its background processes are stopped only if the admin asks (they keep
+running otherwise, as a suspension is meant to be undone). Each suspension and resumption is recorded in the audit
+log.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import IntegrityError, transaction
+from django.db.models import F, Q
 from django.utils import timezone
 from oauth2_provider.models import Application
 
@@ -86,6 +90,13 @@ def resume_app(application: Application, user: AbstractBaseUser | None, by: Acto
             return False
         event("oauth.client_resumed", by, **app_detail(application, user))
     return True
+
+
+def suspension_of(application: Application, user_id: int | None) -> AppSuspension | None:
+    """What keeps `application` out for this user: its suspension for every user, else the user's own; None if it
+    is suspended for neither. The token endpoint and the consent page ask (oauth.policy, oauth/views/consent.py)."""
+    rows = AppSuspension.objects.filter(application=application).filter(Q(user__isnull=True) | Q(user_id=user_id))
+    return rows.order_by(F("user_id").asc(nulls_first=True)).first()
 
 
 def suspended_users(application: Application) -> tuple[AppSuspension | None, dict[int, AppSuspension]]:

@@ -212,9 +212,11 @@ def oauth_lifetimes() -> dict[str, str]:
 
 
 def recordings_status() -> dict[str, Any]:
-    """The recordings' size against their budget (audit/recordings.py), as the home shows it."""
+    """The recordings' size against their budget (audit/recordings.py), and whether calls are recorded at all, as the
+    home shows it."""
     state = recordings.state()
     return {
+        "on": recordings.enabled(),
         "used": human(state["bytes"]),
         "budget": human(state["budget"]) if state["budget"] else "",
         "full": state["full"],

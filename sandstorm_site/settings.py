@@ -75,10 +75,15 @@ AUDIT_READS_BEFORE = env_bool("SANDSTORM_AUDIT_READS_BEFORE", False)
 # Disk budget of the audit log (bytes; 0 = none): at it, tool calls are refused until an admin prunes or raises it.
 AUDIT_MAX_BYTES = env_int("SANDSTORM_AUDIT_MAX_BYTES", 10 * 1024**3)
 # Recordings of what calls printed, whole and with their timing (audit/recordings.py), in the state dir, never the
-# workspace: at most RECORDING_MAX_BYTES of output per call (past it, its head and tail), and RECORDINGS_MAX_BYTES
-# (compressed; 0 = none) in all. A full budget never fails a call: it is recorded as unrecorded.
+# workspace: at most RECORDING_MAX_BYTES of output per call (past it, its head and tail; 0 turns recording off, for
+# privacy or a host whose disk matters), and RECORDINGS_MAX_BYTES (compressed; 0 = none) in all. A full budget never
+# fails a call: it is recorded as unrecorded.
 RECORDINGS_DIR = STATE_DIR / "recordings"
-RECORDING_MAX_BYTES = env_int("SANDSTORM_RECORDING_MAX_BYTES", 16 * 1024**2, minimum=4096)
+RECORDING_MAX_BYTES = env_int("SANDSTORM_RECORDING_MAX_BYTES", 16 * 1024**2)
+if 0 < RECORDING_MAX_BYTES < 4096:
+    raise ImproperlyConfigured(
+        f"SANDSTORM_RECORDING_MAX_BYTES must be 0 (off) or at least 4096, not {RECORDING_MAX_BYTES}"
+    )
 RECORDINGS_MAX_BYTES = env_int("SANDSTORM_RECORDINGS_MAX_BYTES", 5 * 1024**3)
 # Start even though the start-up check finds lost audit records or a damaged or missing database (for one start: the
 # loss is recorded in the audit log and the chain anchored anew; mcpserver/start_check.py).

@@ -1,7 +1,8 @@
 """Driving the OAuth authorization server of a live server as a client and as the admin in a browser would.
 
 `AdminSession` signs in on the admin's login page and answers consent pages by submitting the form with its CSRF
-token; the other helpers register clients, build PKCE authorization requests and exchange codes.
+token; the other helpers register clients, build PKCE authorization requests and exchange codes; `MemoryStorage` keeps
+the official Python SDK client's tokens.
 Reads of a live server's database (`audit_events`, `bearer_token_id`, `application_id`, `newest_access_token_id`)
 go to it directly through `server.database`; `shell` (a Django start-up, seconds) is for what needs the models:
 writes that hash, create or save through them.
@@ -25,6 +26,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import httpx2
 from django.conf import settings
 from django.test import Client as DjangoClient
+from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
 from tests.live import INITIALIZE, MCP_HEADERS, LiveServer
 
@@ -32,6 +34,26 @@ if TYPE_CHECKING:
     from django.test.client import _MonkeyPatchedWSGIResponse as TestResponse
 
 LOOPBACK_REDIRECT = "http://127.0.0.1:33418/callback"
+
+
+class MemoryStorage:
+    """The SDK's TokenStorage, in memory, keeping every token response it was given."""
+
+    def __init__(self) -> None:
+        self.history: list[OAuthToken] = []
+        self.client_info: OAuthClientInformationFull | None = None
+
+    async def get_tokens(self) -> OAuthToken | None:
+        return self.history[-1] if self.history else None
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        self.history.append(tokens)
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        return self.client_info
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        self.client_info = client_info
 
 
 def pkce() -> tuple[str, str]:

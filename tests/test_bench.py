@@ -25,6 +25,7 @@ SECTIONS = (
     "concurrency",
     "toolkit",
     "redaction",
+    "recording",
     "admin",
     "scale",
     "targets",
@@ -160,6 +161,18 @@ def test_the_redaction_of_each_output_is_measured_and_shown(quick_run: tuple[dic
     assert "| 2c | a 16 KB output made its record's excerpt" in printed
 
 
+def test_recording_on_is_measured_against_recording_off_in_turns(quick_run: tuple[dict[str, Any], str]) -> None:
+    results, printed = quick_run
+    recording = results["recording"]
+    on, off = recording["on"], recording["off"]
+    assert positive(on) and positive(off) and on["n"] == off["n"] == results["sizes"]["sequential"]
+    assert recording["ratio"] == round(on["median_ms"] / off["median_ms"], 3) and recording["limit"] == 1.1
+    assert recording["within_limit"] is (recording["ratio"] <= 1.1)
+    assert recording["recording_files"]["off"] == 0  # the server with recording off wrote none
+    assert "| 2e | `terminal_exec` `true`, recording off (`SANDSTORM_RECORDING_MAX_BYTES=0`)" in printed
+    assert "| 2e | `terminal_exec` `true`, recording on (the default), in turns with the row above" in printed
+
+
 def test_the_table_marks_each_target(quick_run: tuple[dict[str, Any], str]) -> None:
     results, printed = quick_run
     keys = {target["key"] for target in results["targets"]}
@@ -182,6 +195,7 @@ def test_the_table_marks_each_target(quick_run: tuple[dict[str, Any], str]) -> N
         "read_beside_sleepers",
         "sleepers_ok",
         "read_path",
+        "recording",
     } <= keys
     assert "workers_ratio" not in keys  # skipped without DATABASE_URL: neither met nor missed
     assert all(target["met"] in (True, False, None) for target in results["targets"])

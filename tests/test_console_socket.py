@@ -40,6 +40,7 @@ from mcpserver.models import APPROVAL_APPROVED, APPROVAL_DENIED, ApprovalGrant, 
 PUBLIC_URL = "https://console.example"
 ORIGIN = b"https://console.example"
 PATH = "/admin/live/socket"
+BACK_TO_LIVE = "?next=%2Fadmin%2Flive%2F"  # the confirmation returns to the Live page
 
 pytestmark = [pytest.mark.anyio]
 db = pytest.mark.django_db(transaction=True)
@@ -98,9 +99,9 @@ def test_an_origin_is_read_strictly() -> None:
         public_origin("https://user@console.example/")
 
 
-def test_a_credential_links_to_its_revoke_confirmation() -> None:
-    assert revoke_url("bearer:12") == "/admin/oauth/bearertoken/12/revoke/"
-    assert revoke_url("oauth:3:7") == "/admin/oauth/connectedapp/3/revoke/"
+def test_a_credential_links_to_its_revoke_confirmation_which_returns_to_live() -> None:
+    assert revoke_url("bearer:12") == f"/admin/oauth/bearertoken/12/revoke/{BACK_TO_LIVE}"
+    assert revoke_url("oauth:3:7") == f"/admin/oauth/connectedapp/3/revoke/{BACK_TO_LIVE}"
     assert revoke_url("bearer:x") == revoke_url("session:") == revoke_url("") == ""
 
 
@@ -248,7 +249,7 @@ async def test_the_live_page_also_gets_the_running_calls_and_background_commands
     communicator, snapshot = await connected(app, staff_session, f"{PATH}?live=1")
     await communicator.disconnect()
     [call] = snapshot["calls"]
-    assert call["summary"] == "make test" and call["revoke_url"] == "/admin/oauth/bearertoken/5/revoke/"
+    assert call["summary"] == "make test" and call["revoke_url"] == f"/admin/oauth/bearertoken/5/revoke/{BACK_TO_LIVE}"
     [job] = snapshot["background"]
     assert job["pid"] == 4242 and job["command"] == "sleep 300"
     assert job["state"] == "unknown"  # no executor in this process
@@ -337,7 +338,15 @@ async def test_the_live_page_gets_calls_output_and_ends(app: Any, staff_session:
     await communicator.disconnect()
     # The output once, in `output`: the tail a call carries is for the snapshot of a page that opens later.
     recording = f"/admin/audit/calls/{'b' * 32}/recording.json"  # where a page picks the whole output up
-    assert got["calls"] == [{**call, "revoke_url": "/admin/oauth/connectedapp/3/revoke/", "recording_url": recording}]
+    page = f"/admin/audit/calls/{'b' * 32}/"  # the call's page, which replays all of it
+    assert got["calls"] == [
+        {
+            **call,
+            "revoke_url": f"/admin/oauth/connectedapp/3/revoke/{BACK_TO_LIVE}",
+            "recording_url": recording,
+            "page_url": page,
+        }
+    ]
     assert got["output"] == {"b" * 32: "line 1\n"} and got["ended"] == {"d" * 32: "ok"}
     assert got["output_units"] == {"b" * 32: 7} and got["seconds"] == {"d" * 32: 1.5}
 

@@ -8,7 +8,7 @@ from mcp_types import ImageContent, TextContent
 
 from mcpserver.executor.textsize import json_size
 from mcpserver.limits import ConcurrencyLimiter, RateLimiter
-from mcpserver.results import Image, ToolResult, fit_text, render
+from mcpserver.results import Image, ToolResult, fit_structured, fit_text, render
 
 
 class FakeClock:
@@ -77,6 +77,30 @@ def test_render_never_drops_the_structured_copy_of_a_tool_with_an_output_schema(
     rendered = render(ToolResult(text="t" * 400_000, structured=structured), 262_144, keep_structured=True)
     assert rendered.structured_content == structured
     assert len(rendered.model_dump_json(by_alias=True).encode()) <= 262_144
+
+
+def test_a_typed_copy_too_large_beside_the_text_is_cut_and_the_text_is_sent_as_it_would_be_alone() -> None:
+    out = 'print("x")  # \\ path\n' * 6_000  # quotes and backslashes: once escaped, each copy is over half the room
+    structured = {"stdout": out, "stderr": "", "exit_code": 0, "output_path": "/output/exec.stdout.log"}
+    result = ToolResult(text=f"stdout:\n{out}\nexit_code: 0", structured=structured)
+    rendered = render(result, 262_144, keep_structured=True)
+    assert rendered.content == render(ToolResult(text=result.text), 262_144).content
+    copy = rendered.structured_content
+    assert copy is not None and set(copy) == set(structured)
+    assert (copy["exit_code"], copy["stderr"], copy["output_path"]) == (0, "", "/output/exec.stdout.log")
+    assert copy["stdout"].startswith('print("x")') and "characters omitted" in copy["stdout"]
+    assert len(rendered.model_dump_json(by_alias=True).encode()) <= 262_144
+
+
+def test_fit_structured_cuts_the_longest_strings_to_one_length_and_keeps_the_rest() -> None:
+    structured = {"a": "x" * 10_000, "b": ["y" * 50, "z" * 20_000], "n": 1, "ok": True}
+    fitted = fit_structured(structured, 8_000)
+    assert len(json.dumps(fitted, ensure_ascii=False).encode()) <= 8_000
+    assert (fitted["b"][0], fitted["n"], fitted["ok"]) == ("y" * 50, 1, True)
+    assert "characters omitted" in fitted["a"] and "characters omitted" in fitted["b"][1]
+    assert abs(json_size(fitted["a"]) - json_size(fitted["b"][1])) < 16
+    assert structured["a"] == "x" * 10_000  # a copy is cut, never what the tool returned
+    assert fit_structured(structured, 100_000) is structured
 
 
 def test_render_sends_images_as_image_content_and_fits_the_text_beside_them() -> None:

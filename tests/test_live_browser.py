@@ -1,6 +1,7 @@
 """The console's live view in headless Chromium against a real server, with real calls from the official SDK client:
 an approval card appears on the page an admin has open within a second of the request, and its buttons decide it;
-the Live page streams a running command's output and its Stop button ends the call."""
+the Live page streams a running command's output, its Stop button ends the call, and its "Revoke credential" asks
+first, then comes back to Live saying what was revoked."""
 
 from __future__ import annotations
 
@@ -54,10 +55,10 @@ def page(browser: Browser, server: LiveServer) -> Iterator[Page]:
 
 
 def call_in_thread(
-    pool: ThreadPoolExecutor, server: LiveServer, tool: str, arguments: dict[str, Any]
+    pool: ThreadPoolExecutor, server: LiveServer, tool: str, arguments: dict[str, Any], token: str | None = None
 ) -> Future[CallToolResult | BaseException]:
     async def call() -> CallToolResult | BaseException:
-        async with mcp_client(server.mcp_url, server.token) as client:
+        async with mcp_client(server.mcp_url, token or server.token) as client:
             try:
                 return await client.call_tool(tool, arguments)
             except MCPError as error:  # a stopped call may end in an error the client raises: the test reads it
@@ -224,3 +225,56 @@ def test_the_agents_description_is_on_its_card_and_its_live_row_as_its_words(
     card.get_by_role("button", name="Approve once").click()
     result = wait_until(page, result_of(future), what="the approved call's result")
     assert isinstance(result, CallToolResult) and not result.is_error
+
+
+def test_revoke_credential_on_a_live_row_asks_then_comes_back_to_live(
+    page: Page, server: LiveServer, calls: ThreadPoolExecutor
+) -> None:
+    name = f"live-revoke-{uuid.uuid4().hex[:8]}"
+    token = server.create_token(name)  # its own: the module's token serves the other tests
+    open_with_snapshot(page, f"{server.url}/admin/live/")
+    marker = uuid.uuid4().hex[:12]
+    command = f": {marker}; for i in $(seq 300); do echo line $i; sleep 0.1; done"
+    future = call_in_thread(calls, server, "terminal_exec", {"command": command}, token=token)
+    row = page.locator("#live-calls .live-call", has_text=marker)
+    wait_until(page, lambda: "line 2\n" in row.locator(".live-call-output").inner_text(), what="the call's row")
+
+    row.get_by_role("link", name="Revoke credential").click()
+    page.wait_for_url(lambda url: "/revoke/" in url)
+    assert "Revoking it stops, at once and for good" in page.locator("#content-main").inner_text()
+    page.locator("#revoke-form input[type=submit]").click()
+    page.wait_for_url(f"{server.url}/admin/live/")
+    said = page.locator(".messagelist .success").inner_text()
+    assert said.startswith(f"Revoked token “{name}”.")
+    result = wait_until(page, result_of(future), what="the revoked credential's call to end")
+    assert isinstance(result, CallToolResult) and result.is_error and "credential revoked" in text_of(result)
+    revoked = audit_events(server, "token.revoked")[-1]
+    assert revoked["username"] == "admin" and revoked["name"] == name
+
+
+def test_a_long_outputs_row_keeps_its_newest_part_and_links_to_the_whole_on_the_calls_page(
+    page: Page, server: LiveServer, calls: ThreadPoolExecutor
+) -> None:
+    """Past 64K characters a row keeps the newest: it says so, and the call's page replays all of it."""
+    open_with_snapshot(page, f"{server.url}/admin/live/")
+    marker = uuid.uuid4().hex[:12]
+    command = f"echo {marker}-first; for i in $(seq 1 2000); do echo line-$i-........................; done; sleep 1"
+    future = call_in_thread(calls, server, "terminal_exec", {"command": command})
+    row = page.locator("#live-calls .live-call", has_text=marker)
+    wait_until(page, lambda: "line-2000-" in (row.locator(".live-call-output").inner_text() or ""), "the last line")
+    note = row.locator(".live-call-trimmed")
+    assert note.is_visible() and "Earlier output is left out here" in note.inner_text()
+    assert f"{marker}-first" not in row.locator(".live-call-output").inner_text()
+    result = wait_until(page, result_of(future), what="the call's result")
+    assert isinstance(result, CallToolResult) and not result.is_error
+    note.get_by_role("link", name="the call's page replays all of it").click()
+    page.wait_for_url("**/admin/audit/auditrecord/*/change/#recording")
+    assert page.locator("#recording-player").count() == 1
+
+    short = uuid.uuid4().hex[:12]
+    open_with_snapshot(page, f"{server.url}/admin/live/")
+    done = call_in_thread(calls, server, "terminal_exec", {"command": f"echo {short}; sleep 0.5"})
+    wait_until(page, result_of(done), what="the short call's result")
+    short_row = page.locator("#live-calls .live-call", has_text=short)
+    wait_until(page, lambda: short_row.count() == 1, "the short call's row")
+    assert not short_row.locator(".live-call-trimmed").is_visible()

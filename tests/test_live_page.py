@@ -1,21 +1,29 @@
 """The console's Live page (mcpserver/live_views.py), the approval cards' script on every console page
-(templates/admin/base_site.html) and the policy decision on an audit call's page (audit.views.policy_detail),
-through Django's test client."""
+(templates/admin/base_site.html), the policy decision on an audit call's page (audit.views.policy_detail) and a Live
+row's "Revoke credential" (its confirmation returns to Live), through Django's test client."""
 
 from __future__ import annotations
 
 import html
 import re
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.test import Client
+from django.urls import reverse
 from django.utils import timezone
+from oauth2_provider.models import AccessToken, Application
 
 from audit.log import Actor, call_started, event
+from mcpserver.console_socket import revoke_url
 from mcpserver.models import APPROVAL_DENIED, APPROVAL_PENDING, ApprovalRequest
+from oauth.tokens import issue_token
+from tests.oauth_flow import hidden_inputs
+
+if TYPE_CHECKING:
+    from django.test.client import _MonkeyPatchedWSGIResponse as TestResponse
 
 pytestmark = pytest.mark.django_db
 LIVE = "/admin/live/"
@@ -126,3 +134,74 @@ def test_a_call_page_without_a_recorded_decision_says_only_the_policy(admin_clie
     page = call_page(admin_client, {"decision": "ask", "rule": "r", "reason": "", "request": "R-99"})
     assert "R-99: no decision recorded." in page
     assert 'id="call-policy"' not in call_page(admin_client, None)
+
+
+# --- "Revoke credential" on a Live row: the confirmation, then back to Live saying what was revoked -----------------
+
+
+def staff_client(user: User) -> Client:
+    """A browser's session: CSRF checked as a browser's form would be."""
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(user)
+    return client
+
+
+def confirm_from_live(client: Client, credential_key: str) -> TestResponse:
+    """Open the link a Live row carries for `credential_key` and submit its confirmation as the browser would (its
+    hidden fields: the CSRF token and where to return), following the redirect."""
+    link = revoke_url(credential_key)
+    page = client.get(link)
+    assert page.status_code == 200, link
+    return client.post(link.split("?")[0], hidden_inputs(page.content.decode(), "revoke-form"), follow=True)
+
+
+def test_revoking_a_token_from_a_live_row_returns_to_live_saying_which_token(admin_user: User) -> None:
+    token, _ = issue_token(admin_user, "laptop")
+    answer = confirm_from_live(staff_client(admin_user), f"bearer:{token.pk}")
+    assert answer.redirect_chain == [(LIVE, 302)] and answer.request["PATH_INFO"] == LIVE
+    page = html.unescape(answer.content.decode())
+    assert 'id="live-page"' in page and "Revoked token “laptop”." in page
+    token.refresh_from_db()
+    assert token.revoked_at is not None
+
+
+def test_revoking_an_app_from_a_live_row_returns_to_live_saying_which_app(admin_user: User) -> None:
+    app = Application.objects.create(
+        name="Claude", client_type="public", authorization_grant_type="authorization-code",
+        redirect_uris="https://claude.ai/api/mcp/auth_callback",
+    )  # fmt: skip
+    AccessToken.objects.create(application=app, user=admin_user, scope="mcp", token="t-1",
+                               expires=timezone.now() + timedelta(hours=1))  # fmt: skip
+    answer = confirm_from_live(staff_client(admin_user), f"oauth:{app.pk}:{admin_user.pk}")
+    assert answer.redirect_chain == [(LIVE, 302)]
+    page = html.unescape(answer.content.decode())
+    assert 'id="live-page"' in page and "Revoked every token of “Claude”." in page
+    assert not AccessToken.objects.filter(application=app).exists()
+
+
+def test_the_live_revoke_still_asks_first_and_needs_csrf_and_the_change_permission(
+    admin_user: User, django_user_model: type[User]
+) -> None:
+    token, _ = issue_token(admin_user, "laptop")
+    link = revoke_url(f"bearer:{token.pk}")
+    browser = staff_client(admin_user)
+    assert 'id="revoke-form"' in browser.get(link).content.decode()  # a GET only asks
+    assert browser.post(link.split("?")[0], {"next": LIVE}).status_code == 403  # no CSRF token
+    viewer = django_user_model.objects.create_user("viewer", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_bearertoken"))
+    watcher = Client()
+    watcher.force_login(viewer)
+    assert watcher.get(link).status_code == 403 and watcher.post(link).status_code == 403
+    token.refresh_from_db()
+    assert token.revoked_at is None
+
+
+def test_a_revoke_confirmation_never_returns_to_another_site(admin_user: User) -> None:
+    token, _ = issue_token(admin_user, "laptop")
+    client = staff_client(admin_user)
+    url = reverse("admin:oauth_bearertoken_revoke", args=[token.pk])
+    page = client.get(f"{url}?next=https://evil.example/admin/live/")
+    form = hidden_inputs(page.content.decode(), "revoke-form")
+    assert form["next"] == reverse("admin:oauth_bearertoken_change", args=[token.pk])
+    answer = client.post(url, {**form, "next": "//evil.example/"})
+    assert answer.status_code == 302 and answer["Location"] == form["next"]

@@ -1,5 +1,6 @@
 """The /mcp endpoint in-process: 401 and 403 answers with their challenges, OAuth tokens only for our resource and an
-MCP scope, the per-credential rate limit (429 with Retry-After), and what a read-only credential sees."""
+MCP scope, the per-credential rate limit (429 with Retry-After), and what a read-only credential sees. (The step-up
+403 of a read-only OAuth credential's write call: tests/test_step_up_inprocess.py.)"""
 
 from __future__ import annotations
 
@@ -48,10 +49,10 @@ def oauth_token(*, scope: str, resource: list[str], with_user: bool = True, expi
     return raw
 
 
-async def test_no_token_gets_401_with_resource_metadata(mcp_app: InProcessServer) -> None:
+async def test_no_token_gets_401_naming_the_scope_to_ask_for_and_resource_metadata(mcp_app: InProcessServer) -> None:
     response = await list_tools(mcp_app, None)
     assert response.status_code == 401
-    assert response.headers["www-authenticate"] == f"Bearer {RESOURCE_METADATA}"
+    assert response.headers["www-authenticate"] == f'Bearer scope="mcp", {RESOURCE_METADATA}'
     assert response.json()["error"] == "unauthorized"
 
 
@@ -59,7 +60,7 @@ async def test_an_unknown_token_gets_401_invalid_token_with_resource_metadata(mc
     response = await mcp_app.post("sst_not-a-real-token-at-all", TOOLS_LIST, **stateless_headers("tools/list"))
     challenge = response.headers["www-authenticate"]
     assert response.status_code == 401
-    assert challenge.startswith('Bearer error="invalid_token"') and challenge.endswith(RESOURCE_METADATA)
+    assert challenge.startswith('Bearer error="invalid_token", scope="mcp", ') and challenge.endswith(RESOURCE_METADATA)
     assert response.json()["error"] == "invalid_token"
 
 

@@ -27,10 +27,10 @@ def post_initialize(server: LiveServer, headers: dict[str, str]) -> httpx2.Respo
     return httpx2.post(server.mcp_url, json=INITIALIZE, headers={**MCP_HEADERS, **headers}, timeout=10)
 
 
-def test_no_token_gets_401_with_resource_metadata(live_server: LiveServer) -> None:
+def test_no_token_gets_401_naming_the_scope_and_resource_metadata(live_server: LiveServer) -> None:
     response = post_initialize(live_server, {})
     assert response.status_code == 401
-    expected = f'Bearer resource_metadata="{live_server.url}/.well-known/oauth-protected-resource/mcp"'
+    expected = f'Bearer scope="mcp", resource_metadata="{live_server.url}/.well-known/oauth-protected-resource/mcp"'
     assert response.headers["www-authenticate"] == expected
     assert response.json()["error"] == "unauthorized"
 
@@ -119,7 +119,9 @@ async def test_both_protocol_eras_list_the_20_tools_and_call_one(live_server: Li
 
 
 @pytest.mark.anyio
-async def test_tools_carry_annotations_and_only_terminal_exec_a_structured_copy(live_server: LiveServer) -> None:
+async def test_tools_carry_annotations_and_typed_ones_a_structured_copy_beside_the_same_text(
+    live_server: LiveServer,
+) -> None:
     async with mcp_client(live_server.mcp_url, live_server.token) as client:
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
         written = await client.call_tool("file_write", {"path": "annotations.txt", "content": "x"})
@@ -127,8 +129,12 @@ async def test_tools_carry_annotations_and_only_terminal_exec_a_structured_copy(
     assert read is not None and read.read_only_hint is True
     assert delete is not None and delete.destructive_hint is True
     assert terminal is not None and terminal.read_only_hint is False
-    assert all(tool.output_schema is None for tool in list(tools.values())[:20])  # the upstream 20 have none
-    assert written.structured_content is None
+    # Issue 33 typed the tools whose results have structure (file_read's is the file: text only); the text stays the
+    # reference server's, and the SDK client has checked the copy against the outputSchema.
+    assert tools["file_write"].output_schema is not None and tools["file_read"].output_schema is None
+    real = live_server.workspace.resolve() / "annotations.txt"
+    assert text_of(written) == f"Written 1 bytes to {real}"
+    assert written.structured_content == {"path": str(real), "bytes": 1}
 
 
 @pytest.mark.anyio

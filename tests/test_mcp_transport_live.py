@@ -1,14 +1,18 @@
-"""How a 2025-11-25 session answers a request: one JSON body when nothing but the answer can come, else an SSE stream.
+"""How a 2025-11-25 session answers a request: one JSON body when nothing but the answer can come, else an SSE stream;
+and how it answers the GET for its own stream: headers at once, and a fresh stream for a `Last-Event-ID`.
 
 Over raw HTTP, so the content type and the wire format are what the test sees (the SDK client accepts both).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
+import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -161,6 +165,38 @@ async def test_hanging_up_on_a_json_answered_call_ends_its_command_and_records_i
 
     assert await apoll(outcome, 15, "the finished record") == "cancelled"
     assert await apoll(lambda: not live_group_members(pgid), 15, "the rest of its process group to end")
+
+
+@contextlib.contextmanager
+def get_stream(server: LiveServer, session: dict[str, str], **extra: str) -> Iterator[tuple[httpx2.Response, float]]:
+    """The GET a client opens for what the server sends unasked: its response, open until the block ends, and how
+    many seconds its headers took. A read timeout of 3 s: an answer that never comes fails the test, not the suite."""
+    headers = {**session, "Accept": "text/event-stream", **extra}
+    with httpx2.Client(timeout=httpx2.Timeout(10, read=3)) as client:
+        began = time.monotonic()
+        with client.stream("GET", server.mcp_url, headers=headers) as response:
+            yield response, time.monotonic() - began
+
+
+def test_the_get_stream_sends_its_headers_at_once(live_server: LiveServer, session: dict[str, str]) -> None:
+    """Daphne writes headers with the first body bytes; the first ones used to be the keep-alive comment, 15 s on."""
+    with get_stream(live_server, session) as (response, took):
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert response.headers["mcp-session-id"] == session["Mcp-Session-Id"]
+        assert took < 1, took
+
+
+def test_a_get_with_a_last_event_id_is_answered_at_once_with_a_stream_that_stays_open(
+    live_server: LiveServer, session: dict[str, str]
+) -> None:
+    """No event is numbered, so nothing is replayed: the GET opens a fresh stream, as one without the header does.
+    It used to get no answer at all. The stream stays open, so a client has no reason to reconnect in a loop."""
+    with get_stream(live_server, session, **{"Last-Event-ID": "0"}) as (response, took):
+        assert (response.status_code, took < 1) == (200, True), (response.status_code, took)
+        assert response.headers["content-type"].startswith("text/event-stream")
+        with pytest.raises(httpx2.ReadTimeout):  # nothing to read, and no end of the stream, for 3 s
+            next(response.iter_bytes())
 
 
 @pytest.mark.parametrize(

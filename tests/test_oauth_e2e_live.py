@@ -13,34 +13,14 @@ import pytest
 from mcp import Client
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
+from mcp.shared.auth import AuthorizationCodeResult, OAuthClientMetadata
 from pydantic import AnyUrl
 
 from tests.live import LiveServer, running_server, tool_count
-from tests.oauth_flow import LOOPBACK_REDIRECT, AdminSession, mcp_status, query_of, refresh
+from tests.oauth_flow import LOOPBACK_REDIRECT, AdminSession, MemoryStorage, mcp_status, query_of, refresh
 from tests.oauth_flow import Client as RegisteredClient
 
 pytestmark = [pytest.mark.live]
-
-
-class MemoryStorage:
-    """The SDK's TokenStorage, in memory, keeping every token response it was given."""
-
-    def __init__(self) -> None:
-        self.history: list[OAuthToken] = []
-        self.client_info: OAuthClientInformationFull | None = None
-
-    async def get_tokens(self) -> OAuthToken | None:
-        return self.history[-1] if self.history else None
-
-    async def set_tokens(self, tokens: OAuthToken) -> None:
-        self.history.append(tokens)
-
-    async def get_client_info(self) -> OAuthClientInformationFull | None:
-        return self.client_info
-
-    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
-        self.client_info = client_info
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import httpx2
 import pytest
+from mcp.shared.exceptions import MCPError
 
 from tests.live import LiveServer, mcp_client, text_of
 from tests.oauth_flow import AdminSession, mcp_status, newest_access_token_id, obtain_tokens, register, shell
@@ -41,17 +42,20 @@ def test_an_expired_token_is_refused(server: LiveServer, admin: AdminSession) ->
 
 
 @pytest.mark.anyio
-async def test_a_read_only_oauth_token_calling_a_write_tool_gets_the_scope_error_result(
+async def test_a_read_only_oauth_token_calling_a_write_tool_gets_the_scope_error_from_its_403(
     server: LiveServer, admin: AdminSession
 ) -> None:
+    """A client that does not step up (here: a fixed token, no OAuth provider) hands its caller the JSON-RPC error of
+    the 403 insufficient_scope (mcpserver.step_up); one that does: tests/test_oauth_step_up_live.py."""
     tokens = obtain_tokens(server, admin, register(server), scope="mcp:read")
     assert tokens["scope"] == "mcp:read"
     async with mcp_client(server.mcp_url, str(tokens["access_token"])) as client:
         names = {tool.name for tool in (await client.list_tools()).tools}
         assert "terminal_exec" not in names and "file_read" in names
-        result = await client.call_tool("file_write", {"path": "oauth-ro.txt", "content": "no"})
-        assert result.is_error
-        assert text_of(result) == "Error: this credential's scope (mcp:read) does not allow file_write"
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool("file_write", {"path": "oauth-ro.txt", "content": "no"})
+        assert str(refused.value).startswith("Error: this credential's scope (mcp:read) does not allow file_write.")
+        assert "Its app can ask for full access (scope mcp) by authorizing again" in str(refused.value)
     assert not (server.workspace / "oauth-ro.txt").exists()
 
 

@@ -157,6 +157,20 @@ def test_staff_without_the_audit_view_permission_get_neither_the_page_nor_the_re
     assert client.get(f"{cast_url(call)}?download=1").status_code == 403
 
 
+def test_a_call_is_found_by_its_id_for_the_live_view_only_by_staff_who_may_view_it(client: Client) -> None:
+    """The Live view knows calls by id: /admin/audit/calls/<id>/ leads to the call's page, at its recording."""
+    call = recorded_call()
+    page = f"/admin/audit/calls/{call.call_id}/"
+    assert client.get(page).status_code == 302 and "/login/" in client.get(page)["Location"]
+    user = viewer(client, "view_bearertoken")
+    assert client.get(page).status_code == 403
+    user.user_permissions.set(Permission.objects.filter(codename="view_auditrecord"))
+    answer = client.get(page)
+    assert answer.status_code == 302 and answer["Location"] == f"{CHANGELIST}{call.pk}/change/#recording"
+    assert client.get("/admin/audit/calls/0123456789abcdef/").status_code == 404
+    assert client.get("/admin/audit/calls/not-a-call/").status_code == 404
+
+
 # --- the player's files ---------------------------------------------------------------------------------------------
 
 

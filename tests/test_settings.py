@@ -38,6 +38,7 @@ def run_manage(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedPr
         ("DATABASE_URL", "mysql://x/y", "DATABASE_URL must be a postgres"),
         ("SANDSTORM_TOOL_MAX_MEMORY", "1000", "SANDSTORM_TOOL_MAX_MEMORY must be 0 (off) or at least 67108864"),
         ("SANDSTORM_OUTPUT_MAX_BYTES", "-5", "SANDSTORM_OUTPUT_MAX_BYTES must be at least 0"),
+        ("SANDSTORM_RECORDING_MAX_BYTES", "100", "SANDSTORM_RECORDING_MAX_BYTES must be 0 (off) or at least 4096"),
     ],
 )
 def test_a_bad_value_stops_start_up_with_one_line_naming_the_variable(
@@ -48,6 +49,14 @@ def test_a_bad_value_stops_start_up_with_one_line_naming_the_variable(
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert expected in lines[0]
+
+
+def test_recording_max_bytes_0_turns_recording_off_rather_than_stopping_start_up(tmp_path: Path) -> None:
+    script = "from django.conf import settings; from audit import recordings; "
+    script += "print(settings.RECORDING_MAX_BYTES, recordings.enabled())"
+    result = run_manage(tmp_path, "shell", "-c", script, SANDSTORM_RECORDING_MAX_BYTES="0")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "0 False"
 
 
 def test_the_state_dir_may_not_live_inside_the_workspace(tmp_path: Path) -> None:

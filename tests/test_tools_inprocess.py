@@ -120,3 +120,18 @@ async def test_calls_beyond_the_concurrency_limit_are_refused_while_others_run(t
     assert "after" in text_of(other)  # the place is free again once the slow call has finished
     denied = (await records_of_call(second))[-1]
     assert denied.outcome == "denied" and "1 tool calls running" in denied.reason
+
+
+async def test_a_command_past_its_timeout_is_recorded_as_timed_out_by_no_one(mcp_app: InProcessServer) -> None:
+    token = await new_token("timeouts")
+    marker = uuid.uuid4().hex
+    result = await mcp_app.call_tool(token, "terminal_exec", {"command": f"echo {marker}; sleep 30", "timeout": 0.5})
+    assert result["isError"] and result["structuredContent"]["timed_out"] is True
+    _started, finished = await records_of_call(marker)
+    assert finished.outcome == "timeout"
+    assert finished.reason == "timed out: it ran past its timeout of 0.5 s, and its processes were killed"
+    assert finished.detail is not None and finished.detail["stopped"] == {
+        "channel": "timeout",
+        "by": "",
+        "detail": "0.5",
+    }

@@ -2,7 +2,8 @@
 
 tests/upstream_tools.json is tools/list as it was before the agent toolkit (issue 18) added tools beside them. The
 only changes allowed are the optional parameters that issue gives them (so far `file_read`'s `line_numbers`), the
-agent's `description` of a command (issue 32), and sentences added after a description.
+agent's `description` of a command (issue 32), sentences added after a description, and an `outputSchema` (issue 33:
+the contract allows one beside the unchanged result text; tests/test_tools_typed.py checks results against it).
 """
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ def test_an_upstream_tool_is_unchanged(golden: dict[str, Any], listed: list[dict
     tool = next(tool for tool in listed if tool["name"] == golden["name"])
     assert tool["title"] == golden["title"]
     assert tool["annotations"] == golden["annotations"]
-    assert "outputSchema" not in tool, "an upstream tool publishing a schema would have clients validate its results"
+    # It may publish an outputSchema now (issue 33), an addition the contract allows: a client that reads one
+    # validates each result's structured copy against it, which tests/test_tools_typed.py checks; the text is kept.
+    assert tool.get("outputSchema", {"type": "object"})["type"] == "object"
     assert tool["description"].startswith(golden["description"])
     schema, was = tool["inputSchema"], golden["inputSchema"]
     assert schema.get("required", []) == was.get("required", [])

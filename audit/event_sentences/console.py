@@ -138,7 +138,30 @@ def console_session_disconnected(record: AuditRecord, detail: Detail) -> SafeStr
     )
 
 
+def background_ended(record: AuditRecord, detail: Detail) -> SafeString:
+    """A background command is over; its recording (if any) is kept, its SHA-256 in this record."""
+    state, code = text(detail, "state"), detail.get("exit_code")
+    ended = {"exited": f"ended with exit code {code}", "killed": f"was killed (exit code {code})"}.get(
+        state, "was lost (its end was not recorded)"
+    )
+    kept_detail = detail.get("recording")
+    recording: Detail = kept_detail if isinstance(kept_detail, dict) else {}
+    if "name" in recording:
+        kept = format_html("; its recording is kept ({})", counted(count(recording, "events"), "event"))
+    else:
+        kept = format_html("; not recorded: {}", text(recording, "unrecorded") or "it printed nothing")
+    return format_html(
+        "background command {} ({}) {}{}: {}",
+        text(detail, "pid"),
+        text(detail, "credential"),
+        ended,
+        kept,
+        text(detail, "command"),
+    )
+
+
 SENTENCES: dict[str, Sentence] = {
+    "background.ended": background_ended,
     "console.background_stopped": console_background_stopped,
     "console.call_stopped": console_call_stopped,
     "console.session_disconnected": console_session_disconnected,

@@ -1,4 +1,5 @@
-"""The sentences of OAuth clients: registration, consent, revocation, replayed codes and refresh tokens, pruning."""
+"""The sentences of OAuth clients: registration, consent, revocation, replayed codes and refresh tokens, tokens
+refused to a suspended app, pruning."""
 
 from __future__ import annotations
 
@@ -37,10 +38,12 @@ def consent(record: AuditRecord, detail: Detail) -> SafeString:
     confined = f"confinement {confinement_label(detail, 'confinement')}" if "confinement" in detail else ""
     parts = (f"scope {scope}" if scope else "", confined, f"back to {host}" if host else "")
     terms = ", ".join(part for part in parts if part)
+    upgrade = text(detail, "upgrade_from")  # a step-up: the app held this scope, and asked for more
     return format_html(
-        "{} {} the connection of {}{}{}{}",
+        "{} {} {} of {}{}{}{}",
         who(record),
         verb,
+        format_html("the upgrade from {} of the connection", upgrade) if upgrade else "the connection",
         client_label(detail),
         format_html(" ({})", terms) if terms else "",
         from_address(record),
@@ -140,6 +143,23 @@ def _client_suspension(done: str, record: AuditRecord, detail: Detail) -> SafeSt
     )
 
 
+GRANT_WORDS = {"refresh_token": "a refresh token", "authorization_code": "an authorization code"}
+
+
+def token_refused(record: AuditRecord, detail: Detail) -> SafeString:
+    grant, owner, reason = text(detail, "grant_type"), text(detail, "owner"), text(detail, "reason")
+    whom = "every user" if detail.get("for_every_user") else owner
+    why = f"the app is suspended by an administrator for {whom}" if reason == "suspended" else reason
+    return format_html(
+        "the token endpoint refused to exchange {} of {}{}{}{}",
+        GRANT_WORDS.get(grant, f"a grant ({grant})" if grant else "a grant"),
+        client_label(detail),
+        format_html(" for {}", owner) if owner else "",
+        from_address(record),
+        format_html(": {}", why) if why else "",
+    )
+
+
 SENTENCES: dict[str, Sentence] = {
     "oauth.client_registered": client_registered,
     "oauth.consent": consent,
@@ -149,6 +169,7 @@ SENTENCES: dict[str, Sentence] = {
     "oauth.token_revoked": oauth_token_revoked,
     "oauth.code_replayed": code_replayed,
     "oauth.refresh_reused": refresh_reused,
+    "oauth.token_refused": token_refused,
     "oauth.client_pruned": client_pruned,
     "oauth.client_removed": client_removed,
     "oauth.confinement_changed": confinement_changed,

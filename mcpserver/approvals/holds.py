@@ -20,7 +20,7 @@ from django.utils import timezone
 from audit.log import Actor, aevent
 from mcpserver.approvals.requests import CHANNEL_ENDED, CHANNEL_TIMEOUT, end_request
 from mcpserver.approvals.waiting import announce, record_decision, wait_for_decision
-from mcpserver.background import record_started_process
+from mcpserver.background import record_cap, record_started_process
 from mcpserver.confinement_profile import profile_of
 from mcpserver.executor import confinement, credential_groups
 from mcpserver.executor.interface import Executor, ExecutorError
@@ -91,14 +91,14 @@ async def _run_in_background(
         return
     mode = "pty" if arguments.get("pty") else "stdin" if arguments.get("stdin") else "none"
     try:
-        started = await executor.start_background(command, cwd, mode)
+        started = await executor.start_background(command, cwd, mode, record_cap())
     except ExecutorError as error:
         outcome = f"not started: {error}"
         await ApprovalRequest.objects.filter(pk=request.pk).aupdate(outcome=outcome[:2000])
         await aevent("approval.run_failed", actor, instance_id=INSTANCE_ID, request=request.label, error=str(error))
         await announce(request.pk)
         return
-    await record_started_process(principal, started, command, cwd or "")
+    await record_started_process(principal, started, command, cwd or "", request.call_id)
     row = await BackgroundProcess.objects.filter(pid=started.pid, start_ticks=started.start_ticks).afirst()
     await ApprovalRequest.objects.filter(pk=request.pk).aupdate(
         background=row, outcome=f"running as background command {started.pid}"

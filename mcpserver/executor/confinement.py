@@ -50,7 +50,7 @@ PROFILE: contextvars.ContextVar[str] = contextvars.ContextVar("sandstorm_confine
 READ_OPERATIONS = frozenset(
     {
         "read_file", "read_file_or_image", "git_status", "git_diff", "git_log", "grep", "glob_files",
-        "job_output", "job_states", "process_start_ticks", "git_roots", "read_saved_output",
+        "job_output", "job_states", "job_events", "process_start_ticks", "git_roots", "read_saved_output",
     }
 )  # fmt: skip
 PROBE_OPERATIONS = frozenset({"workspace_info", "list_dir"})

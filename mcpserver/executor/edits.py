@@ -161,19 +161,27 @@ _NORMALS: tuple[LineNormal, ...] = (
 
 
 def no_match_message(text: str, old: str, path: str) -> str:
-    file_lines = text.split("\n")
-    old_lines = old.split("\n")
-    start = closest_region(file_lines, old_lines)
     head = f"Error: {path}: old_string not found"
-    if start is None:
+    near = near_miss(text.split("\n"), old.split("\n"))
+    if near is None:
         return head + "; no similar region either (check the path, or read the file again)"
+    return head + near
+
+
+def near_miss(file_lines: list[str], old_lines: list[str], label: str = "old_string") -> str | None:
+    """The sentence naming the region of the file most like `old_lines` and how it differs (". The closest region
+    is lines 12-14; it differs in: ..."), and the character diff of the two, the legend calling `old_lines` `label`;
+    None when nothing in the file is alike. apply_patch's hunks use it too."""
+    start = closest_region(file_lines, old_lines)
+    if start is None:
+        return None
     region = file_lines[start : start + len(old_lines)]
     kinds = difference_kinds(region, old_lines)
     first, last = start + 1, start + len(region)
     named = f"; it differs in: {', '.join(kinds)}" if kinds else ""
     lines = f"line {first}" if first == last else f"lines {first}-{last}"
-    diff = char_diff(region[:MAX_DIAGNOSTIC_LINES], old_lines[:MAX_DIAGNOSTIC_LINES])
-    return f"{head}. The closest region is {lines}{named}\n{diff}"
+    diff = char_diff(region[:MAX_DIAGNOSTIC_LINES], old_lines[:MAX_DIAGNOSTIC_LINES], label)
+    return f". The closest region is {lines}{named}\n{diff}"
 
 
 def closest_region(file_lines: list[str], old_lines: list[str]) -> int | None:
@@ -258,10 +266,11 @@ def _visible(line: str) -> str:
     return core.replace("\t", "\\t") + "\u00b7" * (len(body) - len(core)) + cr
 
 
-def char_diff(region: list[str], old_lines: list[str]) -> str:
-    """difflib.ndiff of the file's lines (`-`) against old_string's (`+`), `?` lines marking the characters."""
+def char_diff(region: list[str], old_lines: list[str], label: str = "old_string") -> str:
+    """difflib.ndiff of the file's lines (`-`) against `old_lines` (`+`, the legend names them `label`), `?` lines
+    marking the characters."""
     shown = difflib.ndiff([_visible(line) + "\n" for line in region], [_visible(line) + "\n" for line in old_lines])
-    legend = "(- the file, + old_string; \\t is a tab, \\r a carriage return, \u00b7 a trailing space)\n"
+    legend = f"(- the file, + {label}; \\t is a tab, \\r a carriage return, \u00b7 a trailing space)\n"
     return legend + "".join(shown).rstrip("\n")
 
 

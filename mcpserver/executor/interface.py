@@ -54,6 +54,7 @@ class BackgroundStart:
 
 # A piece of a command's output: (seconds since it started, "o" stdout / "e" stderr / "m" a note, its text).
 OutputEvent = tuple[float, str, str]
+DEFAULT_RECORD_CAP = 16 * 1024 * 1024  # bytes of a command's output its recording keeps (past it, head and tail)
 # Called with the output that came since the last call, in order, while a command runs and once it has ended
 # (relay.py): for the call's recording, the console's Live view and progress notifications.
 OutputListener = Callable[[list[OutputEvent]], Awaitable[None]]
@@ -93,12 +94,15 @@ class Executor:
         timeout: float,
         output_budget: int,
         listener: OutputListener | None,
-        listen_max_bytes: int = 16 * 1024 * 1024,
+        listen_max_bytes: int = DEFAULT_RECORD_CAP,
     ) -> ExecResult:
         """`listener` gets the whole output as it comes, up to `listen_max_bytes` (past it, its head and tail)."""
         raise NotImplementedError
 
-    async def start_background(self, command: str, cwd: str | None, mode: str = "none") -> BackgroundStart:
+    async def start_background(
+        self, command: str, cwd: str | None, mode: str = "none", record_cap: int = DEFAULT_RECORD_CAP
+    ) -> BackgroundStart:
+        """The job's host records its output and input, at most `record_cap` bytes of output (head and tail)."""
         raise NotImplementedError
 
     async def process_start_ticks(self, pid: int) -> int | None:
@@ -118,6 +122,13 @@ class Executor:
         raise NotImplementedError
 
     async def job_states(self, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    async def job_events(
+        self, log_path: str, pid: int, start_ticks: int, offset: int, max_bytes: int = 1024 * 1024
+    ) -> dict[str, Any]:
+        """A page of a job's recording: {events: [[t, code, text]...], next_offset, done, recorded, state,
+        exit_code}; `done` once nothing more will come."""
         raise NotImplementedError
 
     async def read_saved_output(
@@ -198,6 +209,13 @@ class Executor:
     async def edit_file(self, path: str, edits: list[dict[str, Any]], result_budget: int) -> dict[str, Any]:
         """Apply `edits` ({old_string, new_string, replace_all}) in order, all or nothing, and replace the file
         atomically; {"path", "diff" (within result_budget JSON bytes), "replacements", "diff_truncated"}."""
+        raise NotImplementedError
+
+    # --- patches (apply_patch) ----------------------------------------------------------------------------------
+    async def apply_patch(self, patch: str, result_budget: int) -> dict[str, Any]:
+        """Apply a patch in Codex's format (patch.py) to the workspace, all files or none (patching.py): {"files":
+        [{action, path, moved_from?, added_lines, removed_lines}], "text" (a line per file and the unified diff,
+        within result_budget JSON bytes beside the files' list), "diff_truncated"}."""
         raise NotImplementedError
 
     # --- search (file_grep, file_glob) ---------------------------------------------------------------------------

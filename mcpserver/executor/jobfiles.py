@@ -32,6 +32,11 @@ class JobFiles:
     def fifo(self) -> Path:
         return self.directory / f"{self.stem}.in"
 
+    @property
+    def events(self) -> Path:
+        """The job's recording (jobevents.py)."""
+        return self.directory / f"{self.stem}.events"
+
 
 # What a state file may hold, and of which type: a job of an unconfined credential (or one from before the files left
 # the workspace) could have written anything there.
@@ -42,12 +47,15 @@ STATE_FIELDS: dict[str, type | tuple[type, ...]] = {
 STATES = frozenset({"running", "exited", "killed"})
 
 
-def open_job_files(files: JobFiles, mode: str) -> dict[str, int]:
-    """Create the job's log, state file and (with input) FIFO, each new, and open them for the host to inherit."""
+def open_job_files(files: JobFiles, mode: str, recorded: bool = True) -> dict[str, int]:
+    """Create the job's log, events file, state file and (with input) FIFO, each new, and open them for the host
+    to inherit."""
     flags = os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    opened: dict[str, int] = {"log_fd": -1, "state_fd": -1, "fifo_fd": -1}
+    opened: dict[str, int] = {"log_fd": -1, "state_fd": -1, "fifo_fd": -1, "events_fd": -1}
     try:
         opened["log_fd"] = os.open(files.log, flags | os.O_WRONLY, 0o600)
+        if recorded:
+            opened["events_fd"] = os.open(files.events, flags | os.O_WRONLY | os.O_APPEND, 0o600)
         opened["state_fd"] = os.open(files.state, flags | os.O_WRONLY | os.O_APPEND, 0o600)
         if mode != "none":
             os.mkfifo(files.fifo, 0o600)

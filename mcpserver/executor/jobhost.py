@@ -14,6 +14,11 @@ and, in production, the executor itself (its unit has KillMode=process):
   with stdin from /dev/null, from a pipe, or from a pseudo-terminal (`mode`: none, stdin, pty);
 - it copies the command's output (both streams, in order) into the log, up to `cap` bytes, then drops the rest
   (the command never blocks or dies on a full log);
+- it keeps the job's recording in its events file (`events_fd`): each piece of output as it came, with its time
+  and stream, and each input passed on, as JSON lines [seconds since the start, code, text] ("o" stdout, "e"
+  stderr, "i" input, "m" a note of ours), then {"end": true} once it is done. At most `record_cap` bytes of output:
+  the first half as it comes, then only the newest half, written at the end after a note of how much was left out
+  (the executor's relay.py keeps a foreground call's the same way);
 - it forwards what the executor writes to the job's FIFO (framed: b"D" + 4-byte length + data, or b"E" for end
   of input) to the command's stdin, or to the terminal;
 - it appends the job's state to its state file, one JSON line each (running, then the exit status once the command
@@ -25,10 +30,12 @@ nothing of the project (it may outlive an upgrade of the installed code).
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import ctypes
 import errno
 import fcntl
+import functools
 import json
 import os
 import selectors
@@ -37,6 +44,7 @@ import struct
 import sys
 import termios
 import time
+from collections import deque
 from typing import Any
 
 READ_CHUNK = 64 * 1024
@@ -108,7 +116,7 @@ def confine(sandbox: int) -> None:
     os.close(sandbox)
 
 
-def exec_command(command: str, stdin: int, output: int, sandbox: int = -1) -> None:
+def exec_command(command: str, stdin: int, output: int, errors: int, sandbox: int = -1) -> None:
     """In the forked child: a session of its own, the given descriptors as 0, 1 and 2, the sandbox of the
     credential's profile (`sandbox` a Landlock ruleset, -1 for none), then bash."""
     try:
@@ -116,19 +124,87 @@ def exec_command(command: str, stdin: int, output: int, sandbox: int = -1) -> No
             try:
                 confine(sandbox)
             except OSError as error:
-                os.write(output, f"sandstorm: the command was not run: its sandbox failed: {error}\n".encode())
+                os.write(errors, f"sandstorm: the command was not run: its sandbox failed: {error}\n".encode())
                 os._exit(126)
         os.setsid()
         if os.isatty(stdin):
             fcntl.ioctl(stdin, termios.TIOCSCTTY, 0)
         os.dup2(stdin, 0)
         os.dup2(output, 1)
-        os.dup2(output, 2)
+        os.dup2(errors, 2)
         for signum in (signal.SIGPIPE, signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, signal.SIG_DFL)  # Python ignores SIGPIPE; bash must see the defaults
         os.execve("/bin/bash", ["bash", "-c", command], os.environ)
     finally:
         os._exit(127)
+
+
+class Recorder:
+    """The job's events file: output and input with their timing, at most `cap` bytes of output (head and tail)."""
+
+    def __init__(self, fd: int, cap: int) -> None:
+        self.fd = fd
+        self.half = max(cap // 2, 1)
+        self.began = time.monotonic()
+        self.decoders = {code: codecs.getincrementaldecoder("utf-8")(errors="replace") for code in "oei"}
+        self.head = 0
+        self.tail: deque[tuple[list[Any], int]] = deque()
+        self.tail_bytes = 0
+        self.left_out = 0
+
+    def at(self) -> float:
+        return round(time.monotonic() - self.began, 3)
+
+    def output(self, code: str, data: bytes) -> None:
+        text = self.decoders[code].decode(data)
+        if not text or self.fd < 0:
+            return
+        event = [self.at(), code, text]
+        if self.head + len(data) <= self.half and not self.tail:
+            self.head += len(data)
+            self.write([event])
+            return
+        self.tail.append((event, len(data)))
+        self.tail_bytes += len(data)
+        while self.tail_bytes > self.half and len(self.tail) > 1:
+            _old, size = self.tail.popleft()
+            self.tail_bytes -= size
+            self.left_out += size
+
+    def input(self, data: bytes) -> None:
+        """Input passed on: written at once, whatever the cap (the agent's input is what a reviewer looks for)."""
+        text = self.decoders["i"].decode(data)
+        if text:
+            self.write([[self.at(), "i", text]])
+
+    def note(self, text: str) -> None:
+        self.write([[self.at(), "m", text]])
+
+    def finish(self) -> None:
+        for code in "oe":
+            rest = self.decoders[code].decode(b"", final=True)
+            if rest:
+                self.tail.append(([self.at(), code, rest], len(rest.encode())))
+        events = [event for event, _size in self.tail]
+        if self.left_out:
+            first = events[0][0] if events else self.at()
+            events.insert(0, [first, "m", f"[{self.left_out} bytes of output left out here]"])
+        self.write(events)
+        self.tail.clear()
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.write(self.fd, b'{"end": true}\n')
+
+    def write(self, events: list[list[Any]]) -> None:
+        if self.fd < 0 or not events:
+            return
+        data = b"".join(json.dumps(event, ensure_ascii=False).encode() + b"\n" for event in events)
+        try:
+            os.write(self.fd, data)
+        except OSError:  # a full disk: the command runs on, unrecorded from here
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = -1
 
 
 class Host:
@@ -139,6 +215,7 @@ class Host:
         self.log = handed_over(spec["log_fd"])
         self.state_fd = handed_over(spec["state_fd"])
         self.sandbox = handed_over(spec.get("sandbox_fd", -1))  # the command's Landlock ruleset, -1: none
+        self.recorder = Recorder(handed_over(spec.get("events_fd", -1)), spec.get("record_cap", self.cap))
         self.written = 0
         self.cut = False
         # Opened for reading and writing by the executor: it never reads as ended when the executor closes its end.
@@ -149,6 +226,7 @@ class Host:
         self.selector = selectors.DefaultSelector()
         self.status: int | None = None
         self.children_left = True  # until waitpid says there are none: the command, or what it left behind
+        self.outputs: dict[int, str] = {}  # the command's output we read: descriptor -> stream code
 
     def start(self) -> None:
         stdin_target = ""
@@ -156,19 +234,22 @@ class Host:
             master, slave = os.openpty()
             fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", PTY_ROWS, PTY_COLUMNS, 0, 0))
             stdin_target = os.ttyname(slave)
-            child_in, child_out = slave, slave
-            self.output, self.stdin = master, os.dup(master)
+            child_in, child_out, child_err = slave, slave, slave
+            self.outputs, self.stdin = {master: "o"}, os.dup(master)
         else:
-            self.output, child_out = os.pipe()
+            stdout, child_out = os.pipe()
+            stderr, child_err = os.pipe()
+            self.outputs = {stdout: "o", stderr: "e"}
             if self.mode == "stdin":
                 child_in, self.stdin = os.pipe()
                 stdin_target = f"pipe:[{os.fstat(child_in).st_ino}]"
             else:
                 child_in, self.stdin = os.open(os.devnull, os.O_RDONLY), -1
+        self.recorder.began = time.monotonic()
         self.pid = os.fork()
         if self.pid == 0:
-            exec_command(self.spec["command"], child_in, child_out, self.sandbox)
-        for fd in {child_in, child_out}:
+            exec_command(self.spec["command"], child_in, child_out, child_err, self.sandbox)
+        for fd in {child_in, child_out, child_err}:
             os.close(fd)
         self.ticks = start_ticks(self.pid)
         self.state: dict[str, Any] = {
@@ -189,15 +270,16 @@ class Host:
         os.close(devnull)
 
     def run(self) -> None:
-        os.set_blocking(self.output, False)
-        self.selector.register(self.output, selectors.EVENT_READ, self.copy_output)
+        for fd in self.outputs:
+            os.set_blocking(fd, False)
+            self.selector.register(fd, selectors.EVENT_READ, functools.partial(self.copy_output, fd))
         self.selector.register(self.child_signals(), selectors.EVENT_READ, self.reap_children)
         if self.stdin >= 0:
             os.set_blocking(self.stdin, False)
             self.selector.register(self.fifo, selectors.EVENT_READ, self.read_fifo)
         self.reap_children()  # it may have ended before SIGCHLD was caught
         drain_until: float | None = None
-        while self.output >= 0 or self.status is None or self.children_left:
+        while self.outputs or self.status is None or self.children_left:
             recorded = "exit_code" in self.state
             timeout = None if drain_until is None or recorded else max(0.0, drain_until - time.monotonic())
             for key, _mask in self.selector.select(timeout):
@@ -208,6 +290,7 @@ class Host:
                 self.record_exit()  # the output stays open (something the command left holds it): say so now
         if "exit_code" not in self.state:
             self.record_exit()
+        self.recorder.finish()
 
     def child_signals(self) -> int:
         """A pipe that becomes readable at each SIGCHLD (the command's end, or an adopted orphan's)."""
@@ -234,9 +317,9 @@ class Host:
             if pid == self.pid:
                 self.status = status
 
-    def copy_output(self) -> None:
+    def copy_output(self, fd: int) -> None:
         try:
-            data = os.read(self.output, READ_CHUNK)
+            data = os.read(fd, READ_CHUNK)
         except BlockingIOError:
             return
         except OSError as error:
@@ -244,10 +327,11 @@ class Host:
                 raise
             data = b""
         if not data:
-            self.selector.unregister(self.output)
-            os.close(self.output)
-            self.output = -1
+            self.selector.unregister(fd)
+            os.close(fd)
+            del self.outputs[fd]
             return
+        self.recorder.output(self.outputs[fd], data)
         room = self.cap - self.written
         try:
             if room > 0:
@@ -271,8 +355,10 @@ class Host:
             self.frames = self.frames[FRAME_HEADER.size + length :]
             if kind == b"D":
                 self.pending += body
+                self.recorder.input(body)
             elif kind == b"E":
                 self.eof_asked = True
+                self.recorder.note("[end of input]")
         self.write_input()
 
     def write_input(self) -> None:

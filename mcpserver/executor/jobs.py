@@ -28,7 +28,8 @@ from typing import Any
 
 from mcpserver.executor import confinement, jobhost, jobprocesses
 from mcpserver.executor.capture import spill_stem, trim_incomplete_end, trim_incomplete_start
-from mcpserver.executor.interface import BackgroundStart, ToolFailure
+from mcpserver.executor.interface import DEFAULT_RECORD_CAP, BackgroundStart, ToolFailure
+from mcpserver.executor.jobevents import EVENTS_PAGE, read_events
 from mcpserver.executor.jobfiles import (
     JOB_LOG,
     MODES,
@@ -63,7 +64,9 @@ class JobOps:
 
     # --- starting ------------------------------------------------------------------------------------------------
 
-    async def start_background(self, command: str, cwd: str | None, mode: str = "none") -> BackgroundStart:
+    async def start_background(
+        self, command: str, cwd: str | None, mode: str = "none", record_cap: int = DEFAULT_RECORD_CAP
+    ) -> BackgroundStart:
         if mode not in MODES:
             raise ToolFailure(f"Error: mode must be one of {', '.join(MODES)}")
         directory = self._working_dir(cwd)
@@ -73,11 +76,12 @@ class JobOps:
         if not log_cap:
             raise ToolFailure(f"Error: not started: there is no room for its log: {self.saved_output.full_message()}")
         files = JobFiles(self.saved_output.create(), spill_stem("bg"))
-        fds = open_job_files(files, mode)
+        fds = open_job_files(files, mode, recorded=record_cap > 0)
         spec = {
             "command": command,
             "mode": mode,
             "cap": log_cap,
+            "record_cap": int(record_cap),
             **fds,
             "sandbox_fd": -1 if sandbox is None else sandbox,
         }
@@ -254,6 +258,25 @@ class JobOps:
             "offset": start,
             "next_offset": start + len(data),
             "output": data.decode(errors="replace"),
+        }
+
+    async def job_events(
+        self, log_path: str, pid: int, start_ticks: int, offset: int, max_bytes: int = EVENTS_PAGE
+    ) -> dict[str, Any]:
+        """A page of the job's recording from byte `offset`: its events, where to go on, and whether it is done
+        (the host wrote its end; or the job is over and its host gone without one, or it has no recording)."""
+        files = self._job(log_path)
+        page = read_events(files, max(0, int(offset)), min(max(int(max_bytes), 4096), EVENTS_PAGE))
+        state = self._state(files, pid, start_ticks)
+        host_gone = not jobprocesses.alive(state.get("host_pid", 0), state.get("host_ticks", -1))
+        over = state["state"] != "running" and host_gone  # a host killed before its end: what it wrote is all
+        return {
+            "events": page.events,
+            "next_offset": page.next_offset,
+            "done": page.end or (over and not page.events),
+            "recorded": page.found,
+            "state": state["state"],
+            "exit_code": state.get("exit_code"),
         }
 
     async def job_states(self, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:

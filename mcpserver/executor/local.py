@@ -14,6 +14,7 @@ from mcpserver.executor.git import GitOps
 from mcpserver.executor.images import ImageOps
 from mcpserver.executor.interface import Executor
 from mcpserver.executor.jobs import JobOps
+from mcpserver.executor.patching import PatchOps
 from mcpserver.executor.paths import Workspace
 from mcpserver.executor.processes import ProcessOps
 from mcpserver.executor.savedoutput import DEFAULT_MAX_BYTES, SavedOutput
@@ -21,7 +22,9 @@ from mcpserver.executor.search import SearchOps
 from mcpserver.executor.workspace import WorkspaceOps
 
 
-class LocalExecutor(FileOps, EditOps, ProcessOps, GitOps, WorkspaceOps, ImageOps, SearchOps, JobOps, Executor):
+class LocalExecutor(
+    FileOps, EditOps, PatchOps, ProcessOps, GitOps, WorkspaceOps, ImageOps, SearchOps, JobOps, Executor
+):
     def __init__(
         self,
         root: str,

@@ -7,6 +7,8 @@ A call is decided part by part:
 - a `terminal_input` call: the call itself, and, when its job runs what is typed into it (`Job`), the typed text
   decided as a command of `terminal_exec_background` (TYPED_AS), before it reaches the job (`_typed_parts`);
 - a file or git tool's call: each path it names (PATH_ARGUMENTS; a missing or empty path is the workspace);
+- an `apply_patch` call: each path its patch adds, deletes, updates or moves a file to, read by the executor's own
+  parser (a patch it cannot read changes nothing, the executor refusing it alike: only its whole call is decided);
 - any other call, or a command that runs nothing visible: the call itself.
 A word or path whose `~name` names no user here (paths.unknown_tilde) adds an opaque part.
 
@@ -43,6 +45,7 @@ import unicodedata
 from collections.abc import Callable, Collection, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+from mcpserver.executor.patch import PatchError, patch_paths
 from mcpserver.policy.commands import InputReader, ParsedCommand, SimpleCommand
 from mcpserver.policy.paths import Places, normalise, unknown_tilde
 from mcpserver.policy.rules import COMMAND_TOOLS, DECISIONS, PATH_ARGUMENTS, Approver, Decision, Policy, Rule
@@ -52,6 +55,7 @@ from mcpserver.policy.shell import parse_command
 DEFAULT_ID = "default"
 OPAQUE_ID = "opaque"
 TYPING_TOOL = "terminal_input"
+PATCH_TOOL = "apply_patch"
 TYPED_AS = "terminal_exec_background"  # the tool whose rules decide what is typed into a job: it started the job
 _SHOWN_CHARS = 200  # of a command, in a reason
 # Keys typed alone that run nothing: Ctrl-C, Ctrl-D, Ctrl-Z, Ctrl-\ (signals and end of input).
@@ -123,6 +127,8 @@ def evaluate(policy: Policy, facts: CallFacts) -> Verdict:
         parts = _command_parts(policy, facts)
     elif facts.tool == TYPING_TOOL:
         parts = itertools.chain(_typed_parts(policy, facts), [_whole_call(policy, facts)])
+    elif facts.tool == PATCH_TOOL:
+        parts = _patch_parts(policy, facts)
     elif facts.tool in PATH_ARGUMENTS:
         parts = _path_parts(policy, facts)
     else:
@@ -253,23 +259,38 @@ def _about_command(rule: Rule, *, scene: Scene, index: int) -> bool:
 def _path_parts(policy: Policy, facts: CallFacts) -> Iterator[_Part]:
     places = _places(facts)
     for name in PATH_ARGUMENTS[facts.tool]:
-        value = facts.arguments.get(name)
-        if not value:  # a missing or empty path is the workspace (file_list, the git tools' repository)
-            path: str | None = places.workspace
-        else:
-            path = places.resolve(value) if isinstance(value, str) else None
-        shown = f"{name} {path or value!r}"
-        candidates = _callers(policy.rules_for(facts.tool), facts.caller)
-        rule = _deciding(candidates, functools.partial(_about_path, path=path, places=places))
-        if rule is not None:
-            yield _Part(
-                rule.decision, rule.id, functools.partial(str, f"rule {rule.id!r} matched {shown}"), rule.approver
-            )
-        else:
-            yield _Part(policy.default, DEFAULT_ID, functools.partial(str, f"no rule matched {shown}"))
-        tilde = unknown_tilde(value) if isinstance(value, str) else None
-        if tilde is not None:
-            yield _opaque_part(policy, f"{name}: {tilde!r} names no user of this host, so the path is not known")
+        yield from _path_part(policy, facts, places, name, facts.arguments.get(name))
+
+
+def _patch_parts(policy: Policy, facts: CallFacts) -> Iterator[_Part]:
+    patch = facts.arguments.get("input")
+    try:
+        paths = patch_paths(patch) if isinstance(patch, str) else []
+    except PatchError:
+        paths = []
+    if not paths:  # not a patch the executor can read: it will change nothing
+        yield _whole_call(policy, facts)
+        return
+    places = _places(facts)
+    for path in paths:
+        yield from _path_part(policy, facts, places, "path", path)
+
+
+def _path_part(policy: Policy, facts: CallFacts, places: Places, name: str, value: object) -> Iterator[_Part]:
+    if not value:  # a missing or empty path is the workspace (file_list, the git tools' repository)
+        path: str | None = places.workspace
+    else:
+        path = places.resolve(value) if isinstance(value, str) else None
+    shown = f"{name} {path or value!r}"
+    candidates = _callers(policy.rules_for(facts.tool), facts.caller)
+    rule = _deciding(candidates, functools.partial(_about_path, path=path, places=places))
+    if rule is not None:
+        yield _Part(rule.decision, rule.id, functools.partial(str, f"rule {rule.id!r} matched {shown}"), rule.approver)
+    else:
+        yield _Part(policy.default, DEFAULT_ID, functools.partial(str, f"no rule matched {shown}"))
+    tilde = unknown_tilde(value) if isinstance(value, str) else None
+    if tilde is not None:
+        yield _opaque_part(policy, f"{name}: {tilde!r} names no user of this host, so the path is not known")
 
 
 def _about_path(rule: Rule, *, path: str | None, places: Places) -> bool:

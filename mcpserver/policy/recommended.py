@@ -112,6 +112,7 @@ RECOMMENDED: list[dict[str, Any]] = [
             "file_write",
             "file_edit",
             "file_multi_edit",
+            "apply_patch",
             "file_delete",
             "file_move",
             "file_mkdir",

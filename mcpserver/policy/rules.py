@@ -49,6 +49,7 @@ TOOL_NAMES = (
     "file_mkdir",
     "file_edit",
     "file_multi_edit",
+    "apply_patch",
     "file_grep",
     "file_glob",
     "git_clone",
@@ -80,6 +81,7 @@ PATH_ARGUMENTS: Mapping[str, tuple[str, ...]] = {
     "file_mkdir": ("path",),
     "file_edit": ("path",),
     "file_multi_edit": ("path",),
+    "apply_patch": ("input",),  # its patch: every path the patch names (evaluate.py reads them as the executor does)
     "file_grep": ("path",),
     "file_glob": ("path",),
     **{name: ("path",) for name in TOOL_NAMES if name.startswith("git_")},

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from mcpserver.background import record_started_process
+from mcpserver.background import record_cap, record_started_process
 from mcpserver.call import ToolCall
 from mcpserver.executor.interface import BackgroundStart, ToolFailure
 from mcpserver.results import ENVELOPE_BYTES, ToolResult
@@ -17,8 +17,8 @@ PROGRESS_INTERVAL = 0.25  # seconds between progress notifications, as terminal_
 
 
 async def start_recorded(call: ToolCall, command: str, cwd: str | None, mode: str) -> BackgroundStart:
-    started = await call.executor.start_background(command, cwd, mode)
-    await record_started_process(call.principal, started, command, cwd or "")
+    started = await call.executor.start_background(command, cwd, mode, record_cap())
+    await record_started_process(call.principal, started, command, cwd or "", call.call_id)
     return started
 
 
@@ -43,7 +43,8 @@ async def run_until_background(call: ToolCall, command: str, cwd: str | None, af
         else:
             found = await call.executor.job_output(*job, 0, None, 1, left_ms, until_end=True)
         state = found["state"]
-    budget = call.result_cap - 4 * ENVELOPE_BYTES
+    # The output travels twice (text and structured copy), as terminal_exec's does, so each copy gets under half.
+    budget = (call.result_cap - 4 * ENVELOPE_BYTES) // 2
     final = await call.executor.job_output(*job, None, budget, budget, 0)
     elapsed = time.monotonic() - begun
     shown = final["output"]

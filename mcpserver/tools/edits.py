@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, NotRequired
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 from typing_extensions import TypedDict
 
 from mcpserver.call import ToolCall
 from mcpserver.registry import tool
-from mcpserver.results import ENVELOPE_BYTES, ToolResult
+from mcpserver.results import ENVELOPE_BYTES, ToolOutput, ToolResult
 from mcpserver.tools.files import PathArg
 
 OldString = Annotated[str, Field(description="The exact text to replace (whitespace and line breaks included).")]
@@ -19,7 +19,7 @@ ReplaceAll = Annotated[bool, Field(description="Replace every occurrence; otherw
 STRUCTURED_ROOM = 2 * ENVELOPE_BYTES
 
 
-class EditResult(BaseModel):
+class EditResult(ToolOutput):
     path: str = Field(description="The real path of the file edited.")
     replacements: int = Field(description="How many occurrences were replaced.")
     diff_truncated: bool = Field(description="Whether the diff in the text was cut to fit the result.")

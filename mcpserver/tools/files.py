@@ -9,12 +9,38 @@ from pydantic import Field
 from mcpserver.call import ToolCall
 from mcpserver.executor.paging import check_page_args
 from mcpserver.registry import tool
-from mcpserver.results import ENVELOPE_BYTES, Image, ToolResult
+from mcpserver.results import ENVELOPE_BYTES, Image, ToolOutput, ToolResult
 
 PathArg = Annotated[str, Field(description="Absolute, or relative to the workspace root; must stay inside it.")]
 
 
 IMAGE_MAX_BYTES = 5 * 1024 * 1024
+MOVED = " \u2192 "  # between the two paths of file_move's text
+
+
+class WriteResult(ToolOutput):
+    path: str = Field(description="The real path written (symlinks resolved).")
+    bytes: int = Field(description="Bytes written: the content's UTF-8 size.")
+
+
+class DeleteResult(ToolOutput):
+    path: str = Field(description="The real path deleted; a file that was not there counts as deleted.")
+
+
+class MoveResult(ToolOutput):
+    source: str = Field(description="The real path moved.")
+    dest: str = Field(description="Where it is now (inside dest when dest was a directory).")
+
+
+class MkdirResult(ToolOutput):
+    path: str = Field(description="The real path of the directory, which exists now.")
+
+
+def path_in(text: str, prefix: str) -> str:
+    """The path a result text gives after `prefix` (the reference server's texts are fixed, so facts are read there)."""
+    if not text.startswith(prefix):
+        raise ValueError(f"unexpected result text {text[:200]!r}")
+    return text[len(prefix) :]
 
 
 def image_cap(result_cap: int) -> int:
@@ -56,16 +82,19 @@ async def file_read(
     return ToolResult(found["text"])
 
 
-@tool(title="Write a file", destructive=True, idempotent=True)
+@tool(title="Write a file", destructive=True, idempotent=True, output=WriteResult)
 async def file_write(call: ToolCall, path: PathArg, content: str) -> ToolResult:
     """Write text to a file in the workspace, replacing it if it exists; parent folders are created."""
-    return ToolResult(await call.executor.write_file(path, content))
+    text = await call.executor.write_file(path, content)
+    real = path_in(text, f"Written {len(content)} bytes to ")  # the reference text counts characters
+    return ToolResult(text, structured={"path": real, "bytes": len(content.encode("utf-8"))})
 
 
-@tool(title="Delete a file", destructive=True, idempotent=True)
+@tool(title="Delete a file", destructive=True, idempotent=True, output=DeleteResult)
 async def file_delete(call: ToolCall, path: PathArg) -> ToolResult:
     """Delete a file (not a directory) in the workspace. A missing file is not an error."""
-    return ToolResult(await call.executor.delete_file(path))
+    text = await call.executor.delete_file(path)
+    return ToolResult(text, structured={"path": path_in(text, "Deleted ")})
 
 
 @tool(title="List a directory", read_only=True, idempotent=True)
@@ -78,13 +107,16 @@ async def file_list(
     return ToolResult(await call.executor.list_dir(path, recursive))
 
 
-@tool(title="Move or rename", destructive=True)
+@tool(title="Move or rename", destructive=True, output=MoveResult)
 async def file_move(call: ToolCall, source: PathArg, dest: PathArg) -> ToolResult:
     """Move or rename a file or directory inside the workspace; the destination's parent is created."""
-    return ToolResult(await call.executor.move(source, dest))
+    text = await call.executor.move(source, dest)
+    moved, _, to = path_in(text, "Moved ").partition(MOVED)  # a source path holding " → " itself would split there
+    return ToolResult(text, structured={"source": moved, "dest": to})
 
 
-@tool(title="Create a directory", idempotent=True)
+@tool(title="Create a directory", idempotent=True, output=MkdirResult)
 async def file_mkdir(call: ToolCall, path: PathArg) -> ToolResult:
     """Create a directory and its parents; no error if it exists."""
-    return ToolResult(await call.executor.mkdir(path))
+    text = await call.executor.mkdir(path)
+    return ToolResult(text, structured={"path": path_in(text, "Created directory ")})

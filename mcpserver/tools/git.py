@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any
 
@@ -9,10 +10,35 @@ from pydantic import Field
 
 from mcpserver.call import ToolCall
 from mcpserver.registry import tool
-from mcpserver.results import ToolResult
+from mcpserver.results import ToolOutput, ToolResult
 
 RepoArg = Annotated[str | None, Field(description="Repository directory; default the workspace root.")]
 DEFAULT_LOG_COUNT = 10
+NO_COMMITS = "(no commits yet)"  # the executor's text for a repository without commits
+COMMIT_LINE = re.compile(r"([0-9a-f]{4,64}) (.*)", re.DOTALL)  # `--format=%h %s`: a subject holds no newline
+
+
+class Commit(ToolOutput):
+    hash: str = Field(description="The abbreviated commit hash.")
+    subject: str = Field(description="The first line of its message.")
+
+
+class LogResult(ToolOutput):
+    commits: list[Commit] = Field(description="Newest first.")
+    notes: list[str] = Field(description="Other lines git printed (warnings), in order; usually none.")
+
+
+def log_result(text: str) -> ToolResult:
+    """git_log's text and its commits, read from the lines the executor's `--format=%h %s` made."""
+    commits: list[dict[str, str]] = []
+    notes: list[str] = []
+    for line in text.split("\n") if text != NO_COMMITS else []:
+        found = COMMIT_LINE.fullmatch(line)
+        if found:
+            commits.append({"hash": found[1], "subject": found[2]})
+        else:
+            notes.append(line)
+    return ToolResult(text, structured={"commits": commits, "notes": notes})
 
 
 @tool(title="Clone a repository", open_world=True)
@@ -88,11 +114,11 @@ async def git_diff(call: ToolCall, path: RepoArg = None) -> ToolResult:
     return ToolResult(await call.executor.git_diff(path))
 
 
-@tool(title="Recent commits", read_only=True, idempotent=True)
+@tool(title="Recent commits", read_only=True, idempotent=True, output=LogResult)
 async def git_log(
     call: ToolCall,
     n: Annotated[int | None, Field(description="How many commits; default 10, at most 100.")] = None,
     path: RepoArg = None,
 ) -> ToolResult:
     """One line per commit: short hash and subject."""
-    return ToolResult(await call.executor.git_log(DEFAULT_LOG_COUNT if n is None else n, path))
+    return log_result(await call.executor.git_log(DEFAULT_LOG_COUNT if n is None else n, path))

@@ -10,7 +10,7 @@ import time
 from datetime import UTC
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from mcpserver.approvals.following import NotRunning, held_requests, is_label, job_of_request
 from mcpserver.approvals.requests import summary_of
@@ -19,7 +19,7 @@ from mcpserver.call import ToolCall
 from mcpserver.executor.interface import ToolFailure
 from mcpserver.models import APPROVAL_APPROVED, APPROVAL_PENDING, ApprovalRequest, BackgroundProcess
 from mcpserver.registry import tool
-from mcpserver.results import ENVELOPE_BYTES, ToolResult
+from mcpserver.results import ENVELOPE_BYTES, ToolOutput, ToolResult
 
 DEFAULT_MAX_BYTES = 64 * 1024
 MAX_WAIT_MS = 50_000  # under the ~60 s a client such as Claude.ai allows one call
@@ -37,7 +37,7 @@ JobId = Annotated[
 SAVED_NAME = re.compile(r"[a-z]+-\d{8}-\d{6}-[0-9a-f]{32}\.(stdout|stderr)\.log")  # the executor checks it again
 
 
-class OutputResult(BaseModel):
+class OutputResult(ToolOutput):
     id: int | str
     state: str = Field(
         description="running, exited, killed or lost; for an approval request not run (yet): pending_approval, "
@@ -51,7 +51,7 @@ class OutputResult(BaseModel):
     log_path: str
 
 
-class ListedCommand(BaseModel):
+class ListedCommand(ToolOutput):
     id: int | str
     command: str
     cwd: str
@@ -63,12 +63,12 @@ class ListedCommand(BaseModel):
     input: str = Field(description="none, stdin or pty.")
 
 
-class ListResult(BaseModel):
+class ListResult(ToolOutput):
     commands: list[ListedCommand]
     more: int = Field(description="Older commands not listed.")
 
 
-class InputResult(BaseModel):
+class InputResult(ToolOutput):
     id: int | str
     written: int = Field(description="Bytes passed on to the command.")
     eof: bool

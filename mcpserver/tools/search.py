@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from mcpserver.call import ToolCall
 from mcpserver.registry import tool
-from mcpserver.results import ENVELOPE_BYTES, ToolResult
+from mcpserver.results import ENVELOPE_BYTES, ToolOutput, ToolResult
 
 SearchPath = Annotated[
     str | None, Field(description="Directory to search, absolute or relative to the workspace root; default the root.")
@@ -17,7 +17,7 @@ SearchPath = Annotated[
 NOTE_ROOM = 2 * ENVELOPE_BYTES
 
 
-class GrepResult(BaseModel):
+class GrepResult(ToolOutput):
     mode: str = Field(description="The output_mode answered.")
     total: int = Field(description="Entries found: lines (content), files, or files with a count.")
     shown: int = Field(description="Entries in this result.")
@@ -27,7 +27,7 @@ class GrepResult(BaseModel):
     output_cut: bool = Field(description="The search printed more than the server keeps: narrow it.")
 
 
-class GlobResult(BaseModel):
+class GlobResult(ToolOutput):
     count: int = Field(description="Files matching.")
     shown: int = Field(description="Files listed in this result (newest first).")
     more: int = Field(description="Files matching but not listed.")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from django.conf import settings
 from pydantic import Field
@@ -10,8 +10,9 @@ from pydantic import Field
 from mcpserver.background import find_started_process, record_signal
 from mcpserver.call import ToolCall
 from mcpserver.executor.interface import ExecResult, ToolFailure
+from mcpserver.executor.relay import DEFAULT_CAP
 from mcpserver.registry import tool
-from mcpserver.results import ENVELOPE_BYTES, ToolResult
+from mcpserver.results import ENVELOPE_BYTES, ToolOutput, ToolResult
 from mcpserver.tools.carry_on import run_until_background, start_recorded
 
 DEFAULT_TIMEOUT = 30.0
@@ -27,6 +28,55 @@ DescriptionArg = Annotated[
         max_length=500,
     ),
 ]
+EXIT_CODE = "Its exit status: 0 is success, 124 after a timeout."
+CUT = "; when long, its head and tail with a line saying how much was left out."
+OUTPUT_PATH = "When output was cut: the file holding all of it (read it with terminal_output, this path as the id)."
+
+
+class CommandResult(ToolOutput):
+    """A finished command (workspace_install's package manager)."""
+
+    stdout: str = Field(description="What it printed on stdout" + CUT)
+    stderr: str = Field(description="What it printed on stderr" + CUT)
+    exit_code: int = Field(description=EXIT_CODE)
+    timed_out: bool = Field(description="It ran past its time limit, and its processes were killed.")
+    truncated: bool = Field(description="Its output was cut (see output_path).")
+    duration_ms: int
+    output_path: str | None = Field(default=None, description=OUTPUT_PATH)
+
+
+class TerminalExecResult(ToolOutput):
+    """terminal_exec's result: a finished command, or with background_after one that may carry on in the background."""
+
+    stdout: str | None = Field(default=None, description="What it printed on stdout" + CUT)
+    stderr: str | None = Field(default=None, description="What it printed on stderr" + CUT)
+    output: str | None = Field(
+        default=None,
+        description="With background_after instead of stdout and stderr: both as printed, together (the last part "
+        "when long).",
+    )
+    exit_code: int | None = Field(description=EXIT_CODE + " Null while it still runs in the background.")
+    timed_out: bool = Field(description="It ran past its timeout, and its processes were killed.")
+    truncated: bool = Field(description="Its output was cut (see output_path).")
+    duration_ms: int
+    output_path: str | None = Field(default=None, description=OUTPUT_PATH)
+    background: bool = Field(
+        default=False,
+        description="With background_after: still running then, so carried on (not killed) as a background command.",
+    )
+    id: int | None = Field(
+        default=None, description="With background_after: its background command id (PID), for terminal_output."
+    )
+
+
+class BackgroundResult(ToolOutput):
+    pid: int = Field(description="Its id (PID), for terminal_output, terminal_input and terminal_kill.")
+    output_path: str = Field(description="The log its stdout and stderr go to; read it with terminal_output by pid.")
+
+
+class KillResult(ToolOutput):
+    pid: int
+    signal: str = Field(description="The signal sent to its process group: SIGTERM.")
 
 
 def exec_text(result: ExecResult) -> str:
@@ -41,8 +91,9 @@ def exec_text(result: ExecResult) -> str:
     return "\n\n".join(parts)
 
 
-def exec_result(result: ExecResult) -> ToolResult:
-    structured = {
+def exec_structured(result: ExecResult) -> dict[str, Any]:
+    """A finished command's structured copy (CommandResult, TerminalExecResult): its output and facts."""
+    structured: dict[str, Any] = {
         "stdout": result.stdout,
         "stderr": result.stderr,
         "exit_code": result.exit_code,
@@ -52,12 +103,16 @@ def exec_result(result: ExecResult) -> ToolResult:
     }
     if result.output_path:
         structured["output_path"] = result.output_path
+    return structured
+
+
+def exec_result(result: ExecResult, timeout: float | None = None) -> ToolResult:
     return ToolResult(
         exec_text(result),
         result.exit_code != 0,
-        structured,
+        exec_structured(result),
         exit_code=result.exit_code,
-        extra={"timed_out": result.timed_out},
+        extra={"timed_out": result.timed_out, "timeout": f"{timeout:g}" if timeout is not None else ""},
     )
 
 
@@ -69,7 +124,7 @@ def effective_timeout(timeout: float | None) -> float:
     return min(timeout, MAX_TIMEOUT)
 
 
-@tool(title="Run a command", destructive=True, open_world=True)
+@tool(title="Run a command", destructive=True, open_world=True, output=TerminalExecResult)
 async def terminal_exec(
     call: ToolCall,
     command: Annotated[str, Field(description="Run with /bin/bash -c.")],
@@ -94,13 +149,14 @@ async def terminal_exec(
         return await run_until_background(call, command, cwd, background_after)
     # stdout and stderr travel twice (text and structured copy), so each copy gets under half of the cap.
     budget = (call.result_cap - 4 * ENVELOPE_BYTES) // 2
-    result = await call.executor.run_command(
-        command, cwd, effective_timeout(timeout), budget, call.output, settings.RECORDING_MAX_BYTES
-    )
-    return exec_result(result)
+    # Recording off (0): the Live view and progress notifications still follow the output, up to the default cap.
+    listen_cap = settings.RECORDING_MAX_BYTES or DEFAULT_CAP
+    seconds = effective_timeout(timeout)
+    result = await call.executor.run_command(command, cwd, seconds, budget, call.output, listen_cap)
+    return exec_result(result, seconds)
 
 
-@tool(title="Start a background command", destructive=True, open_world=True)
+@tool(title="Start a background command", destructive=True, open_world=True, output=BackgroundResult)
 async def terminal_exec_background(
     call: ToolCall,
     command: Annotated[str, Field(description="Run with /bin/bash -c, detached.")],
@@ -114,10 +170,11 @@ async def terminal_exec_background(
     """Start a long-running command detached; its output goes to a log file named in the result."""
     mode = "pty" if pty else "stdin" if stdin else "none"
     started = await start_recorded(call, command, cwd, mode)
-    return ToolResult(f"PID: {started.pid}\nStarted background process {started.pid}\nOutput: {started.log_path}")
+    text = f"PID: {started.pid}\nStarted background process {started.pid}\nOutput: {started.log_path}"
+    return ToolResult(text, structured={"pid": started.pid, "output_path": started.log_path})
 
 
-@tool(title="Stop a background command", destructive=True)
+@tool(title="Stop a background command", destructive=True, output=KillResult)
 async def terminal_kill(call: ToolCall, pid: int) -> ToolResult:
     """Send SIGTERM to a background process this server started (and its process group).
 
@@ -133,4 +190,4 @@ async def terminal_kill(call: ToolCall, pid: int) -> ToolResult:
     if not await call.executor.end_job(started.log_path, pid, ticks, escalate=False):
         return ToolResult.error(f"No such process {pid}")
     await record_signal(started)
-    return ToolResult(f"Sent SIGTERM to {pid}")
+    return ToolResult(f"Sent SIGTERM to {pid}", structured={"pid": pid, "signal": "SIGTERM"})

@@ -7,11 +7,17 @@
   the scope in plain words; Approve / Deny; CSRF; `X-Frame-Options: DENY` and a strict Content-Security-Policy.
 - Only `S256` PKCE and only our resource are accepted, refused before the page is shown.
 - It says how long access lasts, and offers "Approve read-only instead" when the client asked for `mcp`.
+- An app that holds read-only access for the signed-in user and asks for `mcp` (its client stepping up after a
+  `403 insufficient_scope` at /mcp: mcpserver.step_up) is shown as an upgrade of that connection: approving grants
+  full access, denying leaves the read-only access working; the audit record says it was an upgrade.
 - For `mcp`, it says which confinement profile the app's commands will get (oauth.confinement); an approver who may
   change connected apps chooses it here, anyone else sees it read-only. For `mcp:read`, that no profile is needed.
 - Every decision is recorded in the audit log; Deny sends `access_denied` (with `iss`) to the client.
 - A client ID metadata document that could not be fetched is explained (oauth.metadata_documents), not left as
   "Invalid client_id parameter value.".
+- An app an admin suspended (for every user, or for the one signed in: oauth.suspension) is not offered for approval:
+  approving would not resume it, and the token endpoint would refuse its code (oauth.policy). The page (403) says
+  who suspended it and when, and what to do; its one button tells the client no (`access_denied`), as Deny does.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from django.conf import settings
 from django.contrib.auth import get_permission_codename
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.decorators import method_decorator
 from oauth2_provider.exceptions import OAuthToolkitError
@@ -36,6 +43,7 @@ from oauthlib.oauth2.rfc6749 import errors
 from audit.log import event, request_actor
 from oauth import confinement
 from oauth.agent_identity import agent_os_user
+from oauth.app_status import live_scopes
 from oauth.credentials import application_label
 from oauth.lifetimes import access_duration_text
 from oauth.metadata_documents import unknown_client_explanation
@@ -43,8 +51,10 @@ from oauth.models import SCOPE_ALL, SCOPE_READ, AppConfinement, ClientRegistrati
 from oauth.policy import resource_target_error
 from oauth.redirects import is_loopback, redirect_host
 from oauth.second_factor import second_factor_required
+from oauth.suspension import suspension_of
 
 RECENT_REGISTRATION = timedelta(minutes=10)
+SUSPENDED_TEMPLATE = "oauth/suspended.html"
 CSP = (
     "default-src 'none'; style-src 'self'; img-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
 )
@@ -95,6 +105,15 @@ def confinement_context(application: Application | None, scopes: list[str], appr
         "confinement_note": confinement.enforcement_note(current, SCOPE_ALL),
         "confinement_choices": confinement.form_choices(user) if chooses else [],
     }
+
+
+def upgrade_from(application: Application | None, scopes: list[str], approver: Any) -> str:
+    """The scope the app already holds for the approver, if this request asks for more (`mcp` where it holds only
+    `mcp:read`): the card is an upgrade of that connection. "" if it is not."""
+    if application is None or SCOPE_ALL not in scopes:
+        return ""
+    held = live_scopes(application, approver.pk, timezone.now())
+    return SCOPE_READ if SCOPE_READ in held and SCOPE_ALL not in held else ""
 
 
 def read_only_scope(scope: str) -> str:
@@ -179,9 +198,12 @@ class ConsentView(AuthorizationView):
                 registration_source=application.get_registration_source_display(),
                 registered_minutes_ago=int(age.total_seconds() // 60) if age < RECENT_REGISTRATION else None,
             )
+            context.update(self.suspension_context(application))
         user = agent_os_user()
         scopes = context.get("scopes") or []
         context.update(confinement_context(application, scopes, self.request.user, user))
+        # An upgrade offers no read-only approval: the app has that already, and keeps it if the answer is no.
+        upgrade = upgrade_from(application, scopes, self.request.user)
         context.update(
             redirect_host=redirect_host(redirect_uri),
             redirect_is_loopback=is_loopback(redirect_uri),
@@ -189,12 +211,26 @@ class ConsentView(AuthorizationView):
             agent_user=user,
             access_duration=access_duration_text(),
             read_only_field=READ_ONLY_FIELD,
-            read_only_offer=scope_descriptions([SCOPE_READ], user)[0] if SCOPE_ALL in scopes else "",
+            read_only_offer=scope_descriptions([SCOPE_READ], user)[0] if SCOPE_ALL in scopes and not upgrade else "",
+            upgrade_from=upgrade,
         )
         return context
 
+    def suspension_context(self, application: Application) -> dict[str, Any]:
+        """The app's suspension that keeps it out for the signed-in user (None: the card is shown), and its page in
+        the console for a user who may resume it there."""
+        suspension = suspension_of(application, self.request.user.pk)
+        may_resume = suspension is not None and may_choose_confinement(self.request.user)
+        return {
+            "suspension": suspension,
+            "app_url": reverse("admin:oauth_connectedapp_change", args=[application.pk]) if may_resume else "",
+        }
+
     def render_to_response(self, context: dict[str, Any], **response_kwargs: Any) -> HttpResponse:
-        response = super().render_to_response(context, **response_kwargs)
+        if context.get("suspension") is not None:
+            response: HttpResponse = TemplateResponse(self.request, SUSPENDED_TEMPLATE, context, status=403)
+        else:
+            response = super().render_to_response(context, **response_kwargs)
         return self.protect(response, context.get("redirect_uri"))
 
     def protect(self, response: HttpResponse, redirect_uri: str | None = None) -> HttpResponse:
@@ -240,12 +276,18 @@ class ConsentView(AuthorizationView):
             # "Approve read-only instead": an approval, of the narrower scope.
             form.cleaned_data["allow"] = True
             form.cleaned_data["scope"] = read_only_scope(form.cleaned_data.get("scope", ""))
+        if form.cleaned_data.get("allow") and suspension_of(application, self.request.user.pk) is not None:
+            # Suspended since the card was shown: nothing is approved (a denial goes through, telling the client).
+            redirect_uri = form.cleaned_data.get("redirect_uri", "")
+            return self.render_to_response(self.get_context_data(form=form, application=application,
+                                                                 redirect_uri=redirect_uri))  # fmt: skip
+        upgrade = upgrade_from(application, form.cleaned_data.get("scope", "").split(), self.request.user)
         response = super().form_valid(form)
         location = response.get("Location", "")
         query = dict(parse_qsl(urlsplit(location).query))
-        profile = {}
+        details: dict[str, Any] = {"upgrade_from": upgrade} if upgrade else {}
         if "code" in query and SCOPE_ALL in form.cleaned_data.get("scope", "").split():
-            profile = {
+            details |= {
                 "confinement": self.keep_confinement(application, choice),
                 "default": confinement.installation_default(),
             }
@@ -258,7 +300,7 @@ class ConsentView(AuthorizationView):
             redirect_host=redirect_host(form.cleaned_data.get("redirect_uri", "")),
             decision="approved" if form.cleaned_data.get("allow") else "denied",
             outcome="code issued" if "code" in query else query.get("error", "no redirect"),
-            **profile,
+            **details,
         )
         return response
 

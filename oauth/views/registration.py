@@ -25,7 +25,7 @@ from oauth2_provider.views import DynamicClientRegistrationManagementView, Dynam
 
 from audit.log import Actor, event
 from oauth.credentials import application_label
-from oauth.models import ClientRegistration
+from oauth.models import AppSuspension, ClientRegistration
 from oauth.redirects import redirect_uri_refusal
 
 GRANT_TYPES = frozenset({"authorization_code", "refresh_token"})
@@ -35,6 +35,12 @@ RATE_WINDOW = timedelta(hours=1)
 MAX_REDIRECT_URIS = 10
 MAX_REDIRECT_URI_LENGTH = 1024
 MAX_CLIENT_NAME_LENGTH = 255  # the toolkit's Application.name
+
+
+SUSPENDED_DELETE = (
+    "This client is suspended by an administrator of this Sandstorm server: its registration stays until an "
+    "administrator resumes or removes it."
+)
 
 
 def error(code: str, description: str, status: int = 400) -> JsonResponse:
@@ -193,3 +199,13 @@ class RegistrationManagementView(DynamicClientRegistrationManagementView):
         if refusal is not None:
             return refusal
         return super().put(request, client_id, *args, **kwargs)
+
+    def delete(self, request: HttpRequest, client_id: str, *args: Any, **kwargs: Any) -> HttpResponse:
+        """A suspended client may not delete its registration: that would delete its suspension with it, and it
+        could register again as a client the console knows nothing against."""
+        auth = self._authenticate_registration_request(request, client_id)
+        if isinstance(auth, HttpResponse):
+            return auth
+        if AppSuspension.objects.filter(application__client_id=client_id).exists():
+            return error("access_denied", SUSPENDED_DELETE, status=403)
+        return super().delete(request, client_id, *args, **kwargs)

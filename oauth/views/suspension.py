@@ -71,7 +71,8 @@ def app_suspension(
     if request.method != "POST":
         running = running_count(app_calls(application.name, application.client_id)) if action == SUSPEND else 0
         return confirmation(model_admin, request, action, subject, app_url, running=running, suspended=suspended,
-                            user=user, for_every_user=user is None, also_every=every is not None)  # fmt: skip
+                            user=user, for_every_user=user is None, also_every=every is not None,
+                            connected_app=True)  # fmt: skip
     actor = request_actor(request)
     if action == SUSPEND:
         done = suspend_app(application, user, actor, stop_background=request.POST.get("stop_background") == "on")

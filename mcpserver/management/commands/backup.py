@@ -73,12 +73,14 @@ def recordings_beside(target: Path) -> Path:
 
 
 def recordings_named(copy: Path) -> list[str]:
-    """The recordings the finished records in the copy name (the copy's own: what a restore of it needs)."""
+    """The recordings the records in the copy name (the copy's own: what a restore of it needs): calls' finished
+    records, and the events that keep background commands' recordings."""
     connection = sqlite3.connect(f"{copy.as_uri()}?mode=ro", uri=True)
     try:
         rows = connection.execute(
             "SELECT json_extract(detail, '$.recording.name') FROM audit_auditrecord "
-            "WHERE kind = 'call.finished' AND json_extract(detail, '$.recording.name') IS NOT NULL"
+            "WHERE (kind = 'call.finished' OR (kind = 'event' AND event = 'background.ended')) "
+            "AND json_extract(detail, '$.recording.name') IS NOT NULL"
         ).fetchall()
     except sqlite3.Error as error:
         raise CommandError(f"could not read the copy's recordings: {error}") from None

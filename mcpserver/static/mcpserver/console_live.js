@@ -538,7 +538,7 @@
       this.callId = call.call_id;
       this.length = 0;
       this.carried = "";
-      this.received = ""; // the output as it came since the row was made, whole, for pickUp
+      this.received = ""; // the output as it came since the row was made, whole, for pickUp (null: too much)
       this.receivedFrom = null; // the call's output, in UTF-16 units, before `received` began
       this.whole = null; // the output from the recording, once picked up
       this.began = performance.now() - (call.elapsed || 0) * 1000;
@@ -572,8 +572,18 @@
       head.append(this.said);
       root.append(head, el("pre", "live-call-summary", call.summary));
       if (call.description) root.append(agentSays("live-call-description", call.description));
+      // Past OUTPUT_LIMIT the page keeps the newest output; the call's page replays all of it from the recording.
+      this.trimmed = el("p", "live-call-trimmed", "Earlier output is left out here: ");
+      this.trimmed.hidden = true;
+      if (call.page_url) {
+        const whole = el("a", "live-call-whole", "the call's page replays all of it");
+        whole.href = call.page_url; // a path the server made (reverse()), never agent text
+        this.trimmed.append(whole);
+      } else {
+        this.trimmed.append("the call's page replays all of it");
+      }
       this.output = el("pre", "live-call-output");
-      root.append(this.output);
+      root.append(this.trimmed, this.output);
       this.tick();
     }
 
@@ -584,9 +594,15 @@
     }
 
     append(raw, last = false, unitsAfter = undefined) {
-      if (this.receivedFrom === null && unitsAfter !== undefined) this.receivedFrom = unitsAfter - raw.length;
+      if (this.receivedFrom === null && unitsAfter !== undefined) {
+        this.receivedFrom = unitsAfter - raw.length;
+        if (this.receivedFrom > 0 && this.whole === null) this.trimmed.hidden = false; // the server sent its tail
+      }
       if (this.whole !== null) this.whole += raw;
-      else if (this.received.length < OUTPUT_LIMIT) this.received += raw;
+      else if (this.received !== null) {
+        this.received += raw;
+        if (this.received.length > OUTPUT_LIMIT) this.received = null; // the page shows the newest from here on
+      }
       this.show(raw, last);
     }
 
@@ -601,6 +617,7 @@
         const kept = (output.textContent + text).slice(-OUTPUT_KEEP);
         output.textContent = kept;
         this.length = kept.length;
+        this.trimmed.hidden = false;
       } else {
         output.appendChild(document.createTextNode(text));
         this.length += text.length;
@@ -616,12 +633,18 @@
         .then((answer) => (answer.ok ? answer.json() : null))
         .then((recorded) => {
           if (!recorded || typeof recorded.text !== "string") return;
+          if (this.received === null) {
+            // More came meanwhile than the page keeps: what it shows is the newest already.
+            this.trimmed.hidden = false;
+            return;
+          }
           const from = this.receivedFrom === null ? recorded.units : this.receivedFrom;
           const newer = this.received.slice(Math.max(0, recorded.units - from));
           this.whole = recorded.text + newer;
           this.output.textContent = "";
           this.length = 0;
           this.carried = "";
+          this.trimmed.hidden = this.whole.length <= OUTPUT_LIMIT; // the whole output, from its first byte
           this.show(this.whole.slice(-OUTPUT_LIMIT), this.endedAs !== undefined);
         })
         .catch(() => {}); // no recording to pick up (or no right to read it): the tail stays
