@@ -31,7 +31,11 @@ class BackgroundProcess(models.Model):
 
     class Meta:
         ordering = ["-started_at"]
-        indexes = [models.Index(fields=["pid", "start_ticks"], name="bgproc_pid_ticks")]
+        indexes = [
+            models.Index(fields=["pid", "start_ticks"], name="bgproc_pid_ticks"),
+            # The jobs whose recordings are still followed, which every server process looks for once a second.
+            models.Index(fields=["id"], name="bgproc_unrecorded", condition=models.Q(recording__isnull=True)),
+        ]
         verbose_name = "background command"
         verbose_name_plural = "background commands"
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.live import LiveServer, mcp_client, running_server, text_of
+from tests.live import LiveServer, make_server, mcp_client, running_server, text_of
 from tests.oauth_flow import AdminSession
 
 pytestmark = [pytest.mark.live, pytest.mark.anyio]
@@ -172,19 +172,24 @@ async def test_a_terminal_session_keeps_the_input_typed_through_terminal_input(
 
 
 async def test_a_job_of_a_server_that_stopped_is_recorded_by_the_next(tmp_path: Any) -> None:
-    with running_server(tmp_path) as first:
-        async with mcp_client(first.mcp_url, first.create_token("job-restart")) as client:
+    server = make_server(tmp_path)  # one server restarted on its state (and database), as an upgrade does
+    server.start()
+    try:
+        async with mcp_client(server.mcp_url, server.create_token("job-restart")) as client:
             started = await client.call_tool("terminal_exec_background", {"command": "echo a; sleep 3; echo b"})
             assert not started.is_error
-        call = newest_call(first, "terminal_exec_background")
-        time.sleep(1.5)  # the first server has begun its recording
-    [partial] = (first.state_dir / "recordings").glob(f"*/{call['call_id']}.jsonl.gz")
-    with gzip.open(partial, "rt") as stream:
-        assert "a\\n" in stream.read(), "the first server recorded the beginning"
-    with running_server(tmp_path) as second:
-        detail = ended_event(second, call["call_id"])
-        with gzip.open(second.state_dir / "recordings" / detail["recording"]["name"], "rt") as stream:
+        call = newest_call(server, "terminal_exec_background")
+        time.sleep(1.5)  # the server has begun its recording
+        server.stop()
+        [partial] = (server.state_dir / "recordings").glob(f"*/{call['call_id']}.jsonl.gz")
+        with gzip.open(partial, "rt") as stream:
+            assert "a\\n" in stream.read(), "the first server process recorded the beginning"
+        server.start()
+        detail = ended_event(server, call["call_id"])
+        with gzip.open(server.state_dir / "recordings" / detail["recording"]["name"], "rt") as stream:
             _header, *events = [json.loads(line) for line in stream]
         assert [event[1:] for event in events] == [["o", "a\n"], ["o", "b\n"]], "written again from the start, once"
         assert detail["recording"]["events"] == 2
-        assert second.manage("audit_verify", check=False).returncode == 0
+        assert server.manage("audit_verify", check=False).returncode == 0
+    finally:
+        server.stop()
