@@ -594,6 +594,9 @@
     }
 
     append(raw, last = false, unitsAfter = undefined) {
+      // A row shows at most OUTPUT_LIMIT characters (UTF-16 units, as the server counts them): past that, the start
+      // is left out, whichever way the output came.
+      if (unitsAfter !== undefined && unitsAfter > OUTPUT_LIMIT) this.trimmed.hidden = false;
       if (this.receivedFrom === null && unitsAfter !== undefined) {
         this.receivedFrom = unitsAfter - raw.length;
         if (this.receivedFrom > 0 && this.whole === null) this.trimmed.hidden = false; // the server sent its tail
