@@ -263,10 +263,13 @@ def test_a_long_outputs_row_keeps_its_newest_part_and_links_to_the_whole_on_the_
     row = page.locator("#live-calls .live-call", has_text=marker)
     wait_until(page, lambda: "line-2000-" in (row.locator(".live-call-output").inner_text() or ""), "the last line")
     note = row.locator(".live-call-trimmed")
-    # The page may also be picking the output up from the recording meanwhile: the note shows once both are done.
-    wait_until(page, note.is_visible, "the note that earlier output is left out")
+    shown = row.locator(".live-call-output")
+
+    def settled() -> bool:  # the page may also be picking the output up from the recording meanwhile
+        return note.is_visible() and f"{marker}-first" not in shown.inner_text() and "line-2000-" in shown.inner_text()
+
+    wait_until(page, settled, "the newest output, with the note that earlier output is left out")
     assert "Earlier output is left out here" in note.inner_text()
-    assert f"{marker}-first" not in row.locator(".live-call-output").inner_text()
     result = wait_until(page, result_of(future), what="the call's result")
     assert isinstance(result, CallToolResult) and not result.is_error
     note.get_by_role("link", name="the call's page replays all of it").click()
