@@ -47,7 +47,6 @@ class JobRecorder:
         self.executor = executor
         self.open: dict[int, Recording] = {}  # row id -> its recording, being written by us
         self._task: asyncio.Task[None] | None = None
-        self._wake = asyncio.Event()
 
     async def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -63,18 +62,13 @@ class JobRecorder:
         with contextlib.suppress(DatabaseError):  # else the claims go stale in CLAIM_SECONDS
             await BackgroundProcess.objects.filter(recorder=INSTANCE_ID, recording__isnull=True).aupdate(recorder="")
 
-    def wake(self) -> None:
-        self._wake.set()
-
     async def _run(self) -> None:
         while True:
             try:
                 await self.look()
             except (DatabaseError, ExecutorError) as error:
                 logger.warning("could not follow background commands' recordings: %s", error)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), FOLLOW_SECONDS)
-            self._wake.clear()
+            await asyncio.sleep(FOLLOW_SECONDS)
 
     async def look(self) -> int:
         """Copy what the followed jobs wrote since the last look; keep the recordings of those that are over. How
